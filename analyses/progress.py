@@ -1,0 +1,66 @@
+"""Terminal progress for long ingests: files, bytes and rows per second (rich), or nothing."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+class IngestProgress:
+    """Consumes :func:`analyses.ingest.ingest_run` progress events; silent when disabled."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._progress: Any = None
+        self._task: Any = None
+        self._rows = 0
+        self._t0 = time.perf_counter()
+        self._file_bytes = 0
+
+    def __enter__(self) -> IngestProgress:
+        if self.enabled:
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TransferSpeedColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TextColumn("{task.fields[files]} files, {task.fields[rows]:,} rows ({task.fields[rps]:,.0f}/s)"),
+                TimeElapsedColumn(),
+                transient=True,
+            )
+            self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    def event(self, kind: str, data: dict) -> None:
+        if self._progress is None:
+            return
+        if kind == "run_start":
+            self._task = self._progress.add_task(data["run_id"], total=data["bytes"] or 1, files=0, rows=0, rps=0.0)
+        elif kind == "file_progress" and self._task is not None:
+            self._progress.update(self._task, rows=self._rows + data["rows"], rps=self._rate(self._rows + data["rows"]))
+        elif kind == "file_done" and self._task is not None:
+            rep = data["report"]
+            self._rows += rep.rows_out
+            task = self._progress.tasks[self._task]
+            self._progress.update(
+                self._task, advance=rep.bytes, files=task.fields["files"] + 1, rows=self._rows, rps=self._rate(self._rows)
+            )
+        elif kind == "run_done" and self._task is not None:
+            self._progress.remove_task(self._task)
+            self._task = None
+
+    def _rate(self, rows: int) -> float:
+        return rows / max(time.perf_counter() - self._t0, 1e-9)

@@ -1,0 +1,72 @@
+"""Readers, one module per raw format, and format detection by content sniffing.
+
+Order matters: specific formats are tried before general ones (a PolyTrace v2 file is also
+JSONL; a wandb history CSV is also a CSV). The first reader whose ``sniff`` accepts the head
+of a file reads it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from analyses.readers.base import Reader, read_head
+
+# module:class, most specific first
+READER_SPECS: tuple[str, ...] = (
+    "analyses.readers.kineto:KinetoTraceReader",
+    "analyses.readers.wandb_offline:WandbOfflineReader",
+    "analyses.readers.polytrace_v2:PackedLengthsReader",
+    "analyses.readers.polytrace_v2:RewardTimingsReader",
+    "analyses.readers.polytrace_v2:MultiturnWorkloadReader",
+    "analyses.readers.polytrace_v2:DapoFilterReader",
+    "analyses.readers.polytrace_v1:PolyTraceV1Reader",
+    "analyses.readers.verl_rollout:VerlRolloutDumpReader",
+    "analyses.readers.verl_jsonl:VerlFileLoggerReader",
+    "analyses.readers.prometheus:PrometheusTextReader",
+    "analyses.readers.prometheus:PrometheusRangeJsonReader",
+    "analyses.readers.nvidia_smi:NvidiaSmiCsvReader",
+    "analyses.readers.nvidia_smi:NvidiaSmiDmonReader",
+    "analyses.readers.worker_times:WorkerTimesReader",
+    "analyses.readers.cluster_util:ClusterUtilLongReader",
+    "analyses.readers.cluster_util:ClusterUtilWideReader",
+    "analyses.readers.metrics_export:MetricsJsonlReader",
+    "analyses.readers.metrics_export:MetricsCsvReader",
+    "analyses.readers.verl_console:VerlConsoleReader",
+)
+
+_readers: list[Reader] | None = None
+
+
+def all_readers() -> list[Reader]:
+    """Instances of every available reader, in sniffing order."""
+    global _readers
+    if _readers is None:
+        out: list[Reader] = []
+        for spec in READER_SPECS:
+            mod_name, cls_name = spec.split(":")
+            try:
+                mod = importlib.import_module(mod_name)
+            except ModuleNotFoundError as exc:
+                if exc.name == mod_name:  # not written yet; any other missing import is a real error
+                    continue
+                raise
+            out.append(getattr(mod, cls_name)())
+        _readers = out
+    return _readers
+
+
+def detect(path: Path, head: str | None = None) -> Reader | None:
+    """The reader for ``path`` by content, or None when no reader recognizes it."""
+    text = read_head(path) if head is None else head
+    for r in all_readers():
+        if r.sniff(text, path):
+            return r
+    return None
+
+
+def reader_by_name(name: str) -> Reader:
+    for r in all_readers():
+        if r.name == name:
+            return r
+    raise KeyError(name)

@@ -1,0 +1,94 @@
+"""What a reader is: it sniffs a file's head, then streams the file as chunks of table rows.
+
+A reader never holds more than a chunk (or, for whole-document formats, one file) in memory.
+Each chunk says how many input lines it consumed and how each was accounted for, so that
+``rows_ok + rows_rejected + rows_skipped == lines`` holds for every file.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import polars as pl
+
+from analyses.manifest import RunManifest
+from analyses.schema import RAW_MAX_CHARS
+
+SNIFF_BYTES = 64 * 1024
+
+
+@dataclass
+class FileContext:
+    """Everything a reader may know about the file it reads."""
+
+    run_id: str
+    path: Path  # absolute path of the file
+    rel_path: str  # path as recorded in source_files / rejects
+    manifest: RunManifest
+
+
+@dataclass
+class Chunk:
+    """Rows for some tables from a contiguous part of one file, plus its line accounting.
+
+    ``tables`` maps a table name to a frame with any subset of that table's columns (the
+    ingest conforms it). ``rejects`` has columns ``line_no, reason, raw``.
+    """
+
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    rejects: pl.DataFrame | None = None
+    lines: int = 0
+    rows_ok: int = 0
+    rows_rejected: int = 0
+    rows_skipped: int = 0
+
+
+class Reader(Protocol):
+    """A raw format. ``name`` is what ``source_files.format`` records."""
+
+    name: str
+
+    def sniff(self, head: str, path: Path) -> bool:
+        """True when ``head`` (the first 64 KiB, decoded leniently) looks like this format."""
+        ...
+
+    def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        """Stream the file as chunks. Raise only when the file as a whole is unusable."""
+        ...
+
+
+class UnreadableFile(Exception):
+    """The file as a whole cannot be read (binary, wrong encoding, truncated archive, ...)."""
+
+
+def rejects_frame(line_no: pl.Series | list[int], reason: pl.Series | list[str] | str, raw: pl.Series | list[str]) -> pl.DataFrame:
+    """Build a rejects frame, truncating ``raw`` to the contract's length."""
+    n = len(line_no)
+    reasons = pl.Series("reason", [reason] * n, dtype=pl.String) if isinstance(reason, str) else pl.Series("reason", reason, dtype=pl.String)
+    return pl.DataFrame(
+        {
+            "line_no": pl.Series("line_no", line_no, dtype=pl.Int64),
+            "reason": reasons,
+            "raw": pl.Series("raw", raw, dtype=pl.String).str.slice(0, RAW_MAX_CHARS),
+        }
+    )
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def read_head(path: Path, n: int = SNIFF_BYTES) -> str:
+    """The first ``n`` bytes of a (possibly gzipped) file as text, undecodable bytes replaced."""
+    opener = gzip.open if is_gzip(path) else open
+    try:
+        with opener(path, "rb") as fh:
+            data = fh.read(n)
+    except (OSError, EOFError) as exc:
+        raise UnreadableFile(f"cannot read head: {exc}") from exc
+    return data.decode("utf-8", errors="replace")

@@ -1,0 +1,317 @@
+"""The warehouse contract: one schema class per table.
+
+Every reader emits frames that :func:`conform` turns into exactly these columns and dtypes;
+the warehouse writes them, the DuckDB catalog exposes them, and the asset checks validate them.
+``run_id`` is not stored inside the Parquet files: it is the hive partition key
+(``parquet/<table>/run_id=<id>/``) and both DuckDB and Polars read it back from the path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class Table:
+    """A warehouse table: its columns (in order), key, and what one row is."""
+
+    name: str
+    row: str
+    columns: dict[str, pl.DataType]
+    key: tuple[str, ...] = ()
+    docs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stored_columns(self) -> dict[str, pl.DataType]:
+        """Columns written to Parquet (all but the partition key)."""
+        return {k: v for k, v in self.columns.items() if k != "run_id"}
+
+    def empty(self) -> pl.DataFrame:
+        return pl.DataFrame(schema=self.columns)
+
+
+S, I64, I32, F64, B, DT = pl.String(), pl.Int64(), pl.Int32(), pl.Float64(), pl.Boolean(), pl.Datetime("us", "UTC")
+
+RUNS = Table(
+    "runs",
+    "run",
+    {
+        "run_id": S,
+        "task": S,
+        "framework": S,
+        "model": S,
+        "n_gpus": I64,
+        "max_response_length": I64,
+        "max_prompt_length": I64,
+        "started_at": DT,
+        "source_dir": S,
+        "tags": S,  # JSON object of free-form run.toml tags
+        "n_files": I64,
+    },
+    key=("run_id",),
+)
+
+SOURCE_FILES = Table(
+    "source_files",
+    "input file",
+    {
+        "run_id": S,
+        "path": S,  # relative to the run directory (the file name for a single-file run)
+        "sha256": S,
+        "bytes": I64,
+        "format": S,  # reader name, or "unknown"
+        "lines": I64,  # physical lines (records for whole-document JSON)
+        "rows_ok": I64,  # lines/records parsed into rows
+        "rows_rejected": I64,  # lines/records rejected (see `rejects`)
+        "rows_skipped": I64,  # lines skipped by a documented rule (blank, banner, config dump, ...)
+        "rows_out": I64,  # rows emitted into warehouse tables
+        "status": S,  # ok | partial | error | unsupported
+        "error": S,
+    },
+    key=("run_id", "path"),
+    docs={"lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error"},
+)
+
+STEP_METRICS = Table(
+    "step_metrics",
+    "run × step × metric",
+    {
+        "run_id": S,
+        "step": I64,
+        "metric": S,  # canonical name (timing/* -> timing_s/*)
+        "value": F64,
+        "raw_metric": S,  # name as written in the log
+        "is_validation": B,
+        "path": S,
+        "line_no": I64,
+    },
+    key=("run_id", "step", "metric", "is_validation"),
+)
+
+STEPS = Table(
+    "steps",
+    "run × training step",
+    {
+        "run_id": S,
+        "step": I64,
+        "step_time_s": F64,
+        "step_time_source": S,  # 'logged' (timing_s/step) or 'sum_of_stages'
+        "gen_time_s": F64,
+        "reward_time_s": F64,
+        "old_log_prob_time_s": F64,
+        "ref_time_s": F64,
+        "values_time_s": F64,
+        "adv_time_s": F64,
+        "update_actor_time_s": F64,
+        "update_critic_time_s": F64,
+        "tool_time_s": F64,
+        "total_tokens": F64,
+        "throughput_tokens_per_s": F64,
+        "response_len_mean": F64,
+        "response_len_max": F64,
+        "response_len_min": F64,
+        "response_clip_ratio": F64,
+        "prompt_len_mean": F64,
+        "prompt_len_max": F64,
+        "prompt_len_min": F64,
+        "ts": DT,  # wall-clock time the step line was logged, when the log says it
+        "has_validation": B,
+        "truncated_line": B,  # the step's log line was cut by the console capture
+    },
+    key=("run_id", "step"),
+)
+
+SAMPLES = Table(
+    "samples",
+    "rollout sample",
+    {
+        "run_id": S,
+        "step": I64,
+        "sample_id": S,
+        "group_id": S,
+        "rank": I64,
+        "dp_rank": I64,
+        "tp_rank": I64,
+        "local_index": I64,
+        "task": S,
+        "prompt_tokens": I64,
+        "response_tokens": I64,
+        "n_turns": I64,
+        "n_tool_calls": I64,
+        "finish_reason": S,
+        "truncated": B,
+        "reward": F64,
+        "validate": B,
+        "token_source": S,  # 'recorded' | 'tokenizer' | 'estimate_chars_div_4' ...
+        "path": S,
+        "line_no": I64,
+    },
+    key=("run_id", "step", "sample_id"),
+)
+
+TURNS = Table(
+    "turns",
+    "turn of a multi-turn sample",
+    {
+        "run_id": S,
+        "step": I64,
+        "sample_id": S,
+        "turn": I64,
+        "prompt_tokens": I64,
+        "cached_tokens": I64,
+        "completion_tokens": I64,
+        "engine_latency_s": F64,
+        "finish_reason": S,
+    },
+    key=("run_id", "step", "sample_id", "turn"),
+)
+
+TOOL_CALLS = Table(
+    "tool_calls",
+    "tool call",
+    {
+        "run_id": S,
+        "step": I64,
+        "sample_id": S,
+        "turn": I64,
+        "call_index": I64,
+        "tool_name": S,
+        "latency_s": F64,
+        "status": S,
+        "response_tokens": I64,
+    },
+    key=("run_id", "step", "sample_id", "turn", "call_index"),
+)
+
+RANK_TIMES = Table(
+    "rank_times",
+    "run × step × rank × phase",
+    {
+        "run_id": S,
+        "step": I64,
+        "rank": I64,
+        "dp_rank": I64,
+        "host": S,
+        "phase": S,  # reward | iteration | gpu_busy | gpu_idle | comm | compute | memcpy | ...
+        "seconds": F64,
+        "tokens": I64,
+        "n_samples": I64,
+        "source": S,  # reader that produced the row
+    },
+    key=("run_id", "step", "rank", "phase"),
+)
+
+GPU_SAMPLES = Table(
+    "gpu_samples",
+    "telemetry sample",
+    {
+        "run_id": S,
+        "host": S,
+        "gpu": S,  # index or UUID as the source names it
+        "ts": DT,
+        "metric": S,  # canonical metric (gpu_util_pct, mem_used_mib, power_w, ...)
+        "value": F64,
+        "source": S,
+    },
+    key=("run_id", "host", "gpu", "ts", "metric"),
+)
+
+FILTER_BATCHES = Table(
+    "filter_batches",
+    "generation batch of a filtering (DAPO) run",
+    {
+        "run_id": S,
+        "trainer_step": I64,
+        "gen_batch": I64,
+        "prompts_generated": I64,
+        "prompts_kept": I64,
+        "prompts_used": I64,
+        "train_batch_size": I64,
+        "samples_generated": I64,
+        "samples_kept": I64,
+        "path": S,
+        "line_no": I64,
+    },
+    key=("run_id", "trainer_step", "gen_batch"),
+)
+
+STEP_WINDOWS = Table(
+    "step_windows",
+    "run × step time window (for aligning telemetry)",
+    {
+        "run_id": S,
+        "step": I64,
+        "start_ts": DT,
+        "end_ts": DT,
+        "rollout_end_ts": DT,
+        "method": S,  # how the window was obtained
+    },
+    key=("run_id", "step"),
+)
+
+REJECTS = Table(
+    "rejects",
+    "rejected input line/record",
+    {
+        "run_id": S,
+        "path": S,
+        "line_no": I64,
+        "reason": S,
+        "raw": S,  # first 500 characters
+    },
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        RUNS,
+        SOURCE_FILES,
+        STEP_METRICS,
+        STEPS,
+        SAMPLES,
+        TURNS,
+        TOOL_CALLS,
+        RANK_TIMES,
+        GPU_SAMPLES,
+        FILTER_BATCHES,
+        STEP_WINDOWS,
+        REJECTS,
+    )
+}
+
+RAW_MAX_CHARS = 500
+
+
+def conform(df: pl.DataFrame | pl.LazyFrame, table: Table | str) -> pl.DataFrame:
+    """Cast ``df`` to ``table``'s columns in contract order; missing columns become nulls.
+
+    Columns the contract does not name are dropped: a reader that finds more should add them
+    to the schema, where they are documented, rather than smuggle them through.
+    """
+    t = TABLES[table] if isinstance(table, str) else table
+    lf = df.lazy() if isinstance(df, pl.DataFrame) else df
+    have = set(lf.collect_schema().names())
+    exprs = [
+        (pl.col(name).cast(dtype, strict=False) if name in have else pl.lit(None, dtype=dtype)).alias(name)
+        for name, dtype in t.columns.items()
+    ]
+    return lf.select(exprs).collect()
+
+
+def duckdb_type(dtype: pl.DataType) -> str:
+    """The DuckDB column type for a contract dtype (for typed empty views)."""
+    if dtype == pl.String():
+        return "VARCHAR"
+    if dtype == pl.Int64():
+        return "BIGINT"
+    if dtype == pl.Int32():
+        return "INTEGER"
+    if dtype == pl.Float64():
+        return "DOUBLE"
+    if dtype == pl.Boolean():
+        return "BOOLEAN"
+    if isinstance(dtype, pl.Datetime):
+        return "TIMESTAMP WITH TIME ZONE"
+    raise TypeError(f"no DuckDB type for {dtype}")

@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m ruff check analyses pipelines tests benchmarks
+	$(PY) -m ruff check analyses pipelines tests benchmarks sample_logs
 	$(PY) -m pytest -n 2 --dist loadgroup -q
 
 demo: $(STAMP)
@@ -34,7 +34,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_verl_reader.py
 
 lint: $(STAMP)
-	$(PY) -m ruff check analyses pipelines tests benchmarks
+	$(PY) -m ruff check analyses pipelines tests benchmarks sample_logs
 	$(PY) -m ruff format --check analyses pipelines tests benchmarks
 
 # Regenerate constraints.txt from the current environment (after changing pyproject ranges).

@@ -1,0 +1,81 @@
+"""The `polytrace` command line: exit codes, output formats, read-only queries."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyses.cli import main
+
+
+def _log(tmp_path: Path) -> Path:
+    d = tmp_path / "runs" / "demo"
+    d.mkdir(parents=True)
+    (d / "train.log").write_text("".join(f"step:{s} - timing_s/step:{s}.5 - timing_s/gen:1.0\n" for s in range(3)))
+    return d
+
+
+def test_ingest_query_runs_roundtrip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh = tmp_path / "wh"
+    assert main(["ingest", str(_log(tmp_path)), "--warehouse", str(wh)]) == 0
+    out = capsys.readouterr().out
+    assert "train.log: verl_console" in out and "parsed=3" in out and "rejected=0" in out
+    assert main(["query", "SELECT step, step_time_s FROM steps ORDER BY step", "--warehouse", str(wh), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows == [{"step": 0, "step_time_s": 0.5}, {"step": 1, "step_time_s": 1.5}, {"step": 2, "step_time_s": 2.5}]
+    assert main(["query", "SELECT count(*) AS n FROM step_metrics", "--warehouse", str(wh), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["n", "6"]
+    assert main(["runs", "--warehouse", str(wh)]) == 0
+    assert "demo: " in capsys.readouterr().out
+
+
+def test_root_ingests_each_subdirectory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _log(tmp_path).parent
+    (root / "second").mkdir()
+    (root / "second" / "x.log").write_text("step:7 - timing_s/step:1.0\n")
+    wh = tmp_path / "wh"
+    assert main(["ingest", "--root", str(root), "--warehouse", str(wh), "--quiet"]) == 0
+    assert capsys.readouterr().out == ""
+    main(["query", "SELECT run_id FROM runs ORDER BY 1", "--warehouse", str(wh), "--format", "csv"])
+    assert capsys.readouterr().out.split() == ["run_id", "demo", "second"]
+
+
+def test_env_warehouse_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("POLYTRACE_WAREHOUSE", str(tmp_path / "envwh"))
+    assert main(["ingest", str(_log(tmp_path)), "-q"]) == 0
+    assert (tmp_path / "envwh" / "polytrace.duckdb").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["ingest", "/no/such/dir"], "no such file or directory"),
+        (["ingest"], "nothing to ingest"),
+        (["ingest", "--root", "/no/such/root"], "not a directory"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_query_is_read_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh = tmp_path / "wh"
+    main(["ingest", str(_log(tmp_path)), "--warehouse", str(wh), "-q"])
+    assert main(["query", "DROP VIEW steps", "--warehouse", str(wh)]) == 2
+    assert "read-only" in capsys.readouterr().err
+    assert main(["query", "SELEC nonsense", "--warehouse", str(wh)]) == 2
+    assert main(["query", "SELECT count(*) FROM steps", "--warehouse", str(wh), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.split()[-1] == "3"
+
+
+def test_every_command_has_help_with_an_example() -> None:
+    for cmd in ("ingest", "query", "runs"):
+        out = subprocess.run([sys.executable, "-m", "analyses.cli", cmd, "--help"], capture_output=True, text=True)
+        assert out.returncode == 0
+        assert "example" in out.stdout, cmd

@@ -1,0 +1,159 @@
+"""The ingest spine: accounting, idempotence, atomic replacement, parallel runs, bad files."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+
+from analyses.catalog import catalog_path, connect
+from analyses.ingest import ingest_run
+from analyses.schema import TABLES
+from analyses.warehouse import parquet_root, scan_table
+
+STEP_LINE = "step:{s} - timing_s/gen:{g} - timing_s/step:{t} - response_length/mean:{r}\n"
+
+
+def _verl_log(n: int, start: int = 1) -> str:
+    return "".join(STEP_LINE.format(s=s, g=1.5 * s, t=3.0 * s, r=100 + s) for s in range(start, start + n))
+
+
+def _run(tmp_path: Path, name: str, files: dict[str, bytes | str]) -> Path:
+    d = tmp_path / "logs" / name
+    d.mkdir(parents=True)
+    for rel, content in files.items():
+        p = d / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return d
+
+
+def _tables(root: Path) -> dict[str, pl.DataFrame]:
+    return {name: scan_table(root, name).collect() for name in TABLES}
+
+
+def test_every_line_accounted_for(tmp_path: Path, warehouse: Path) -> None:
+    # 2 banner lines + 5 step lines + 1 blank line = 8 lines
+    log = "banner: starting\nconfig: {'a': 1}\n" + _verl_log(5) + "\n"
+    rep = ingest_run(_run(tmp_path, "r", {"train.log": log}), warehouse)
+    (f,) = rep.files
+    assert f.format == "verl_console"
+    assert f.lines == 8
+    assert f.rows_ok + f.rows_rejected + f.rows_skipped == f.lines
+    sf = scan_table(warehouse, "source_files").collect()
+    assert sf.select((pl.col("rows_ok") + pl.col("rows_rejected") + pl.col("rows_skipped") == pl.col("lines")).all()).item()
+    steps = scan_table(warehouse, "steps").collect()
+    assert steps["step"].to_list() == [1, 2, 3, 4, 5]
+    assert steps.filter(pl.col("step") == 2)["gen_time_s"].item() == pytest.approx(3.0)
+
+
+def test_reingest_is_idempotent_and_replaces_whole_partition(tmp_path: Path, warehouse: Path) -> None:
+    run = _run(tmp_path, "r", {"a.log": _verl_log(4), "b.log": _verl_log(3, start=10)})
+    ingest_run(run, warehouse)
+    first = _tables(warehouse)
+    ingest_run(run, warehouse)
+    second = _tables(warehouse)
+    for name in TABLES:
+        assert first[name].equals(second[name]), name
+    # the run shrinks: a re-ingest must not leave the old rows of b.log behind
+    (run / "b.log").unlink()
+    ingest_run(run, warehouse)
+    steps = scan_table(warehouse, "steps").collect()
+    assert steps["step"].to_list() == [1, 2, 3, 4]
+    assert scan_table(warehouse, "source_files").collect()["path"].to_list() == ["a.log"]
+    # no staging or trash directories are left behind
+    leftovers = [p for p in parquet_root(warehouse).rglob("*") if ".trash" in p.name]
+    assert leftovers == []
+    assert not any((parquet_root(warehouse) / ".staging").iterdir())
+
+
+def test_bad_files_are_recorded_and_the_rest_lands(tmp_path: Path, warehouse: Path) -> None:
+    good = _verl_log(3)
+    truncated_gz = gzip.compress((_verl_log(20000)).encode())[:5000]
+    run = _run(
+        tmp_path,
+        "r",
+        {
+            "good.log": good,
+            "empty.log": b"",
+            "binary.bin": bytes(range(256)) * 40,
+            "utf16.log": good.encode("utf-16"),
+            "cut.log.gz": truncated_gz,
+        },
+    )
+    rep = ingest_run(run, warehouse)
+    by = {f.path: f for f in rep.files}
+    assert by["good.log"].status == "ok" and by["good.log"].rows_ok == 3
+    assert by["empty.log"].status == "empty"
+    assert by["binary.bin"].status == "unsupported"
+    assert by["utf16.log"].status in ("unsupported", "error")
+    assert by["cut.log.gz"].status == "error" and by["cut.log.gz"].error
+    # rows from the truncated gzip are discarded with its error, not half-kept
+    steps = scan_table(warehouse, "steps").collect()
+    assert steps["step"].to_list() == [1, 2, 3]
+    sf = scan_table(warehouse, "source_files").collect()
+    assert sf.height == 5
+    assert sf.filter(pl.col("status") == "error")["error"].str.len_chars().min() > 0
+
+
+def test_catalog_file_has_every_table_by_name(tmp_path: Path, warehouse: Path) -> None:
+    ingest_run(_run(tmp_path, "r", {"a.log": _verl_log(2)}), warehouse)
+    con = duckdb.connect(str(catalog_path(warehouse)), read_only=True)
+    try:
+        for name in TABLES:
+            con.execute(f'SELECT * FROM "{name}" LIMIT 1')
+        assert con.execute("SELECT count(*) FROM steps").fetchone()[0] == 2
+        assert con.execute("SELECT DISTINCT run_id FROM step_metrics").fetchall() == [("r",)]
+    finally:
+        con.close()
+
+
+def test_empty_warehouse_views_are_typed(warehouse: Path) -> None:
+    warehouse.mkdir(parents=True)
+    con = connect(warehouse)
+    assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 0
+    cols = [r[0] for r in con.execute("DESCRIBE samples").fetchall()]
+    assert cols == list(TABLES["samples"].columns)
+
+
+_CHILD = """
+import sys
+from pathlib import Path
+from analyses.ingest import ingest_run
+ingest_run(Path(sys.argv[1]), Path(sys.argv[2]))
+"""
+
+
+def test_two_runs_ingested_concurrently_both_land(tmp_path: Path, warehouse: Path) -> None:
+    runs = [_run(tmp_path, f"run{i}", {"a.log": _verl_log(200 + i)}) for i in range(2)]
+    env = dict(os.environ, POLARS_MAX_THREADS="1")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _CHILD, str(r), str(warehouse)], env=env, stderr=subprocess.PIPE, text=True)
+        for r in runs
+    ]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    con = connect(warehouse)
+    got = con.execute("SELECT run_id, count(*) FROM steps GROUP BY 1 ORDER BY 1").fetchall()
+    assert got == [("run0", 200), ("run1", 201)]
+    con2 = duckdb.connect(str(catalog_path(warehouse)), read_only=True)
+    assert con2.execute("SELECT count(DISTINCT run_id) FROM runs").fetchone()[0] == 2
+    con2.close()
+
+
+def test_run_toml_fills_runs_table(tmp_path: Path, warehouse: Path) -> None:
+    toml = 'task = "math"\nframework = "verl"\nmodel = "Qwen2.5-0.5B"\nn_gpus = 2\nmax_response_length = 512\nteam = "rl"\n'
+    ingest_run(_run(tmp_path, "my run!", {"a.log": _verl_log(2), "run.toml": toml}), warehouse)
+    runs = scan_table(warehouse, "runs").collect()
+    row = runs.row(0, named=True)
+    assert row["run_id"] == "my_run"  # sanitized for a hive partition
+    assert (row["task"], row["n_gpus"], row["max_response_length"]) == ("math", 2, 512)
+    assert '"team": "rl"' in row["tags"]
+    # run.toml is configuration, not an input log
+    assert scan_table(warehouse, "source_files").collect()["path"].to_list() == ["a.log"]

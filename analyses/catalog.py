@@ -38,7 +38,7 @@ def registered_views() -> dict[str, str]:
     return dict(_VIEWS)
 
 
-_VIEW_MODULES: tuple[str, ...] = ()
+_VIEW_MODULES: tuple[str, ...] = ("analyses.views",)
 _loaded = False
 
 

@@ -76,6 +76,26 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example:\n  polytrace runs --warehouse /tmp/wh",
     )
     _add_warehouse(p)
+
+    p = sub.add_parser(
+        "report",
+        help="write the characterization report (one self-contained HTML file)",
+        description="Write one self-contained HTML file (plotly.js embedded, opens offline) with a section per "
+        "characterization view, a cross-run comparison when several runs are selected, and PNGs of the key "
+        "figures beside it (needs Chrome/Chromium for kaleido; without one the HTML is still complete).",
+        formatter_class=fmt,
+        epilog="examples:\n  polytrace report --warehouse /tmp/wh\n  polytrace report --runs run-a run-b --out cmp.html --no-png",
+    )
+    p.add_argument("--out", type=Path, help="HTML file to write (default: <warehouse>/polytrace_report.html)")
+    p.add_argument("--runs", nargs="+", metavar="RUN", help="runs to include (default: all)")
+    p.add_argument("--png-dir", type=Path, help="where PNGs go (default: <out stem>_png beside the HTML)")
+    p.add_argument("--no-png", action="store_true", help="skip the PNG export")
+    p.add_argument("--all-png", action="store_true", help="export every figure, not only the key ones")
+    _add_warehouse(p)
+
+    from analyses.fit.commands import add_fit_parsers  # fit | export | sample | fidelity
+
+    add_fit_parsers(sub, fmt, _add_warehouse)
     return parser
 
 
@@ -213,7 +233,36 @@ SELECT r.run_id, r.task, r.model,
 FROM runs r ORDER BY r.run_id
 """
 
-_HANDLERS = {"ingest": _cmd_ingest, "query": _cmd_query, "runs": _cmd_runs}
+def _cmd_report(args: argparse.Namespace) -> int:
+    from analyses.report import build_report
+
+    root = _warehouse(args)
+    if not root.exists():
+        raise UsageError(f"warehouse {root} does not exist (run `polytrace ingest` first)")
+    try:
+        res = build_report(root, out=args.out, runs=args.runs, png=not args.no_png, png_dir=args.png_dir,
+                           all_pngs=args.all_png)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from exc
+    empty = [s.title for s in res.sections if s.empty]
+    print(f"report: {res.path.resolve()}  ({len(res.sections)} section(s), {res.n_figures} figure(s))")
+    if empty:
+        print(f"  no data for: {', '.join(empty)}")
+    if res.pngs:
+        print(f"  PNGs: {len(res.pngs)} in {next(iter(res.pngs.values())).parent.resolve()}")
+    elif res.png_note:
+        print(f"  {res.png_note}")
+    return EXIT_OK
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from analyses.fit.commands import run
+
+    return run(args)
+
+
+_HANDLERS = {"ingest": _cmd_ingest, "query": _cmd_query, "runs": _cmd_runs, "report": _cmd_report,
+             "fit": _cmd_fit, "export": _cmd_fit, "sample": _cmd_fit, "fidelity": _cmd_fit}
 
 
 if __name__ == "__main__":

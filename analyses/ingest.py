@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analyses.alignment import derive_step_windows
 from analyses.catalog import refresh_catalog
 from analyses.manifest import MANIFEST_NAME, RunManifest, load_manifest, sanitize_run_id
 from analyses.readers import detect
@@ -217,6 +218,7 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
                                 schema={"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean})
     steps = derive_steps(staging.scan("step_metrics"), attrs, n_gpus=manifest.n_gpus)
     staging.replace("steps", steps)
+    staging.replace("step_windows", derive_step_windows(steps, manifest))
     if attrs_dir.exists():
         import shutil
 

@@ -147,6 +147,7 @@ SAMPLES = Table(
         "token_source": S,  # 'recorded' | 'tokenizer' | 'estimate_chars_div_4' ...
         "path": S,
         "line_no": I64,
+        "generated_tokens": I64,  # model-generated (loss-masked) response tokens, tool outputs excluded
     },
     key=("run_id", "step", "sample_id"),
 )
@@ -199,6 +200,7 @@ RANK_TIMES = Table(
         "tokens": I64,
         "n_samples": I64,
         "source": S,  # reader that produced the row
+        "tokens_max": I64,  # longest single sample's tokens on that rank (PolyTrace reward timings)
     },
     key=("run_id", "step", "rank", "phase"),
 )
@@ -214,6 +216,7 @@ GPU_SAMPLES = Table(
         "metric": S,  # canonical metric (gpu_util_pct, mem_used_mib, power_w, ...)
         "value": F64,
         "source": S,
+        "quality": S,  # null = as read; 'counter_reset' = counter repaired from here on (telemetry_units)
     },
     key=("run_id", "host", "gpu", "ts", "metric"),
 )
@@ -233,6 +236,7 @@ FILTER_BATCHES = Table(
         "samples_kept": I64,
         "path": S,
         "line_no": I64,
+        "workload_step": I64,  # the packed_lengths_step_N file holding this generation batch
     },
     key=("run_id", "trainer_step", "gen_batch"),
 )

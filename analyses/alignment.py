@@ -1,0 +1,189 @@
+"""Aligning telemetry to training steps: a time window per step, and GPU utilization inside it.
+
+Pure functions over frames; the ingest calls :func:`derive_step_windows` once per run (after
+``steps``), views and notebooks call :func:`step_gpu_utilization`.
+
+How a step gets its window (``step_windows.method``), first rule that applies:
+
+``log_ts_minus_step_time``
+    The step's log line carries a wall-clock time (``steps.ts``: console timestamps, wandb
+    history ``_timestamp``, ...). verl prints a step's metrics when the step ends, so
+    ``end_ts = ts`` and ``start_ts = ts - step_time_s``.
+``log_ts_previous_step``
+    As above, but the step time is unknown: the window starts at the previous logged step's
+    ``ts`` (it then also covers validation / checkpointing between the two steps). The first
+    step of a run has no window in this case.
+``started_at_plus_cumulative_step_time``
+    No step has a ``ts`` but run.toml has ``started_at``: step k ends at
+    ``started_at + sum(step_time_s of steps <= k)`` (steps in order). This ignores the startup
+    before the first step and any time between steps (validation, checkpoints), so windows
+    drift late -> early as the run goes on; it is the fallback, named so a view can weigh it.
+    The chain stops at the first step without a step time (later windows are unknown).
+
+When some steps have a ``ts`` and others do not, only the former get windows: mixing the two
+methods would put windows from different clocks side by side.
+
+``rollout_end_ts = start_ts + gen_time_s`` (capped at ``end_ts``) where the stage time is known:
+verl generates first in a step, so ``[start_ts, rollout_end_ts)`` is the rollout stage.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyses.manifest import RunManifest
+from analyses.schema import STEP_WINDOWS, conform
+
+METHOD_LOG_TS = "log_ts_minus_step_time"
+METHOD_LOG_PREV = "log_ts_previous_step"
+METHOD_CUMSUM = "started_at_plus_cumulative_step_time"
+UTIL_METRIC = "gpu_util_pct"
+IDLE_THRESHOLD_PCT = 5.0
+
+
+def _secs(x: pl.Expr) -> pl.Expr:
+    """Float seconds -> Duration (microsecond precision)."""
+    return pl.duration(microseconds=(x * 1e6).round(0).cast(pl.Int64))
+
+
+def derive_step_windows(steps: pl.DataFrame, manifest: RunManifest | None) -> pl.DataFrame:
+    """One ``step_windows`` row per step whose window can be known (see module docs).
+
+    ``steps`` needs ``step`` and any of ``ts``, ``step_time_s``, ``gen_time_s``; other columns
+    are ignored. The result is conformed to the ``step_windows`` contract (run_id left null: the
+    ingest writes it per run partition).
+    """
+    cols = {"ts": pl.Datetime("us", "UTC"), "step_time_s": pl.Float64, "gen_time_s": pl.Float64}
+    s = (
+        steps.select(
+            pl.col("step").cast(pl.Int64),
+            *[
+                (pl.col(c).cast(t) if c in steps.columns else pl.lit(None, dtype=t)).alias(c)
+                for c, t in cols.items()
+            ],
+        )
+        .filter(pl.col("step").is_not_null())
+        .unique("step", keep="last")
+        .sort("step")
+    )
+    started = manifest.started_at if manifest is not None else None
+    if s["ts"].is_not_null().any():
+        logged = s.filter(pl.col("ts").is_not_null()).with_columns(prev_ts=pl.col("ts").shift(1))
+        w = logged.select(
+            "step",
+            "gen_time_s",
+            end_ts=pl.col("ts"),
+            start_ts=pl.when(pl.col("step_time_s").is_not_null())
+            .then(pl.col("ts") - _secs(pl.col("step_time_s")))
+            .otherwise(pl.col("prev_ts")),
+            method=pl.when(pl.col("step_time_s").is_not_null())
+            .then(pl.lit(METHOD_LOG_TS))
+            .when(pl.col("prev_ts").is_not_null())
+            .then(pl.lit(METHOD_LOG_PREV)),
+        )
+    elif started is not None:
+        broken = pl.col("step_time_s").is_null().cum_sum() > 0
+        end = pl.lit(started).cast(pl.Datetime("us", "UTC")) + _secs(pl.col("step_time_s").cum_sum())
+        w = s.filter(~broken).select(
+            "step",
+            "gen_time_s",
+            end_ts=end,
+            start_ts=end - _secs(pl.col("step_time_s")),
+            method=pl.lit(METHOD_CUMSUM),
+        )
+    else:
+        return conform(pl.DataFrame(schema={"step": pl.Int64}), STEP_WINDOWS)
+    rollout_end = pl.col("start_ts") + _secs(pl.col("gen_time_s"))
+    w = w.filter(pl.col("start_ts").is_not_null() & pl.col("method").is_not_null()).with_columns(
+        rollout_end_ts=pl.when(pl.col("gen_time_s").is_not_null()).then(
+            pl.min_horizontal(rollout_end, pl.col("end_ts"))
+        )
+    )
+    return conform(w, STEP_WINDOWS)
+
+
+def step_gpu_utilization(
+    gpu_samples: pl.LazyFrame,
+    step_windows: pl.LazyFrame,
+    idle_threshold_pct: float = IDLE_THRESHOLD_PCT,
+    metric: str = UTIL_METRIC,
+    moment: str = "1s",
+) -> pl.DataFrame:
+    """Per run x step (one row per window, also when no sample falls in it):
+
+    * ``n_samples``, ``n_gpus``: utilization samples inside ``[start_ts, end_ts)`` and the
+      distinct (host, gpu) that wrote them;
+    * ``mean_util_pct``: mean ``metric`` over those samples (all GPUs pooled);
+    * ``idle_share``: share of them below ``idle_threshold_pct`` - with each GPU sampled at a
+      regular interval, this is the share of GPU-time idle;
+    * ``rollout_*``: the same inside ``[start_ts, rollout_end_ts)`` (null without a rollout end);
+    * ``spread_max_over_mean``: at each moment (samples bucketed by ``ts`` truncated to
+      ``moment``, each GPU's samples in the bucket averaged), max / mean utilization across the
+      GPUs, averaged over the step's moments that saw >= 2 GPUs and a mean above 0;
+      ``spread_moments`` counts those moments, ``spread_max_over_mean_max`` is the worst one.
+
+    A sample belongs to the latest window starting at or before it (so overlapping windows
+    never count a sample twice). Samples with a null ``ts`` cannot be placed and are ignored.
+    """
+    gs = (
+        gpu_samples
+        if "run_id" in gpu_samples.collect_schema().names()
+        else gpu_samples.with_columns(run_id=pl.lit(""))
+    )
+    u = (
+        gs.filter((pl.col("metric") == metric) & pl.col("value").is_not_null() & pl.col("ts").is_not_null())
+        .select("run_id", pl.col("host").fill_null(""), pl.col("gpu").fill_null(""), "ts", "value")
+        .sort("ts")
+    )
+    w = (
+        step_windows.filter(pl.col("start_ts").is_not_null() & pl.col("end_ts").is_not_null())
+        .select("run_id", "step", "start_ts", "end_ts", "rollout_end_ts", "method")
+        .sort("start_ts")
+    )
+    j = (
+        u.join_asof(
+            w, left_on="ts", right_on="start_ts", by="run_id", strategy="backward", check_sortedness=False
+        )
+        .filter(pl.col("step").is_not_null() & (pl.col("ts") < pl.col("end_ts")))
+        .with_columns(
+            _idle=(pl.col("value") < idle_threshold_pct).cast(pl.Float64),
+            _roll=(pl.col("rollout_end_ts").is_not_null() & (pl.col("ts") < pl.col("rollout_end_ts"))),
+        )
+    )
+    per_step = j.group_by("run_id", "step").agg(
+        n_samples=pl.len(),
+        n_gpus=pl.struct("host", "gpu").n_unique(),
+        mean_util_pct=pl.col("value").mean(),
+        idle_share=pl.col("_idle").mean(),
+        rollout_n_samples=pl.col("_roll").sum(),
+        rollout_mean_util_pct=pl.col("value").filter("_roll").mean(),
+        rollout_idle_share=pl.col("_idle").filter("_roll").mean(),
+    )
+    moments = (
+        j.with_columns(_m=pl.col("ts").dt.truncate(moment))
+        .group_by("run_id", "step", "_m", "host", "gpu")
+        .agg(pl.col("value").mean())
+        .group_by("run_id", "step", "_m")
+        .agg(_n=pl.len(), _max=pl.col("value").max(), _mean=pl.col("value").mean())
+        .filter((pl.col("_n") >= 2) & (pl.col("_mean") > 0))
+        .with_columns(_r=pl.col("_max") / pl.col("_mean"))
+        .group_by("run_id", "step")
+        .agg(
+            spread_max_over_mean=pl.col("_r").mean(),
+            spread_max_over_mean_max=pl.col("_r").max(),
+            spread_moments=pl.len(),
+        )
+    )
+    out = (
+        w.select("run_id", "step", "method", "start_ts", "end_ts", "rollout_end_ts")
+        .join(per_step, on=["run_id", "step"], how="left")
+        .join(moments, on=["run_id", "step"], how="left")
+        .with_columns(
+            pl.col("n_samples").fill_null(0).cast(pl.Int64),
+            pl.col("n_gpus").fill_null(0).cast(pl.Int64),
+            pl.col("rollout_n_samples").fill_null(0).cast(pl.Int64),
+            pl.col("spread_moments").fill_null(0).cast(pl.Int64),
+        )
+        .sort("run_id", "step")
+    )
+    return out.collect()

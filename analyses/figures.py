@@ -1,0 +1,271 @@
+"""Plotly figure builders for the characterization views.
+
+Each function takes frames read from a view (see :mod:`analyses.views`) and returns a figure; none
+computes a statistic, so what a figure shows is exactly what the view says. Frames may hold
+several runs; functions that draw one run take a frame already filtered to it.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+OUTLIER = "#d62728"
+TEMPLATE = "plotly_white"
+
+
+def _color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left"},
+        template=TEMPLATE,
+        height=height,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        legend={"orientation": "h", "y": -0.18},
+    )
+    return fig
+
+
+def _groups(df: pl.DataFrame, keys: list[str]) -> list[tuple[tuple, pl.DataFrame]]:
+    if df.height == 0:
+        return []
+    return sorted(((k, g) for k, g in df.group_by(keys, maintain_order=True)), key=lambda kg: [str(x) for x in kg[0]])
+
+
+def length_cdf_figure(cdf: pl.DataFrame, quantiles: pl.DataFrame, kind: str = "response") -> go.Figure:
+    """CDF (log x) and CCDF (log-log, where the tail lives) per run x task, tail beyond p99 marked."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("CDF", "tail: share ≥ x"), horizontal_spacing=0.1)
+    cdf = cdf.filter(pl.col("kind") == kind).sort("value")
+    q = quantiles.filter(pl.col("kind") == kind)
+    for i, ((run, task), g) in enumerate(_groups(cdf, ["run_id", "task"])):
+        name, color = f"{run} · {task}", _color(i)
+        fig.add_trace(go.Scatter(x=g["value"], y=g["cdf"], mode="lines", line={"color": color, "shape": "hv"},
+                                 name=name, legendgroup=name), row=1, col=1)
+        # share >= x is never 0, so the longest response still shows on a log axis
+        body = g
+        fig.add_trace(go.Scatter(x=body["value"], y=body["share_ge"], mode="lines", line={"color": color, "shape": "hv"},
+                                 name=name, legendgroup=name, showlegend=False), row=1, col=2)
+        tail = body.filter(pl.col("in_tail"))
+        if tail.height:
+            fig.add_trace(go.Scatter(x=tail["value"], y=tail["share_ge"], mode="markers",
+                                     marker={"color": color, "size": 5, "symbol": "circle-open"},
+                                     name=f"{name} tail (> p99)", legendgroup=name), row=1, col=2)
+        qq = q.filter((pl.col("run_id") == run) & (pl.col("task") == task))
+        if qq.height:
+            r = qq.row(0, named=True)
+            for label, dash in (("p99", "dash"), ("p999", "dot")):
+                if r[label] is not None:
+                    fig.add_vline(x=r[label], line={"color": color, "dash": dash, "width": 1}, row=1, col=2)
+    fig.update_xaxes(type="log", title_text=f"{kind} tokens")
+    fig.update_yaxes(title_text="share ≤ x", row=1, col=1)
+    fig.update_yaxes(type="log", title_text="share ≥ x", row=1, col=2)
+    return _layout(fig, f"{kind.capitalize()} length distribution (dashed: p99, dotted: p99.9)")
+
+
+def length_drift_figure(drift: pl.DataFrame, run_id: str) -> go.Figure:
+    """Response length per step for one run: p10–p90 band, p50, p99, max; detected shifts marked."""
+    d = drift.filter(pl.col("run_id") == run_id).sort("step")
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=d["step"], y=d["p90"], mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=d["step"], y=d["p10"], mode="lines", line={"width": 0}, fill="tonexty",
+                             fillcolor="rgba(31,119,180,0.2)", name="p10–p90"))
+    fig.add_trace(go.Scatter(x=d["step"], y=d["p50"], mode="lines+markers", line={"color": PALETTE[0]}, name="p50"))
+    fig.add_trace(go.Scatter(x=d["step"], y=d["p99"], mode="lines", line={"color": PALETTE[1], "dash": "dash"}, name="p99"))
+    fig.add_trace(go.Scatter(x=d["step"], y=d["max"], mode="markers", marker={"color": PALETTE[3], "size": 6}, name="max"))
+    shifts = d.filter(pl.col("is_shift"))
+    for s in shifts.iter_rows(named=True):
+        fig.add_vline(x=s["step"], line={"color": OUTLIER, "dash": "dot"},
+                      annotation_text=f"shift ×{s['shift_ratio']:.2f}", annotation_position="top left")
+    fig.update_yaxes(type="log", title_text="response tokens")
+    fig.update_xaxes(title_text="step")
+    slope = d["run_log_p50_slope_per_step"][0] if d.height else None
+    trend = f" — ln(p50) slope {slope:+.4f}/step" if slope is not None else ""
+    return _layout(fig, f"Response length drift, {run_id}{trend}")
+
+
+def step_series_figure(series: pl.DataFrame, metric: str) -> go.Figure:
+    """One metric per step (throughput, step time, generation time) per run, outliers marked ×."""
+    s = series.filter(pl.col("metric") == metric).sort("step")
+    fig = go.Figure()
+    for i, ((run,), g) in enumerate(_groups(s, ["run_id"])):
+        fig.add_trace(go.Scatter(x=g["step"], y=g["value"], mode="lines+markers", marker={"size": 4},
+                                 line={"color": _color(i)}, name=run, legendgroup=run))
+        out = g.filter(pl.col("is_outlier"))
+        if out.height:
+            fig.add_trace(go.Scatter(x=out["step"], y=out["value"], mode="markers", legendgroup=run,
+                                     marker={"color": OUTLIER, "size": 11, "symbol": "x"}, name=f"{run} outliers"))
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text=metric)
+    return _layout(fig, f"{metric} per step (× = outside Tukey fences)")
+
+
+STAGES = (("rollout", "#1f77b4"), ("inference", "#ff7f0e"), ("training", "#2ca02c"), ("other", "#c7c7c7"))
+
+
+def stage_share_figure(stages: pl.DataFrame, run_id: str) -> go.Figure:
+    """Stacked time shares of rollout / inference / training / other per step of one run."""
+    d = stages.filter(pl.col("run_id") == run_id).sort("step")
+    fig = go.Figure()
+    for stage, color in STAGES:
+        fig.add_trace(go.Bar(x=d["step"], y=d[f"{stage}_share"], name=stage, marker={"color": color},
+                             customdata=d[f"{stage}_s"], hovertemplate="step %{x}: %{y:.1%} (%{customdata:.1f} s)"))
+    fig.update_layout(barmode="stack", bargap=0.05)
+    fig.update_yaxes(title_text="share of step time", tickformat=".0%", range=[0, 1])
+    fig.update_xaxes(title_text="step")
+    return _layout(fig, f"Stage time shares per step, {run_id}")
+
+
+def imbalance_figure(imbalance: pl.DataFrame, run_id: str) -> go.Figure:
+    """Max/mean across units per step for each (phase, quantity), and the implied idle share."""
+    d = imbalance.filter(pl.col("run_id") == run_id).sort("step")
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("max / mean across units", "idle share = 1 − mean / max"))
+    for i, ((phase, quantity), g) in enumerate(_groups(d, ["phase", "quantity"])):
+        name, color = f"{phase} · {quantity}", _color(i)
+        fig.add_trace(go.Scatter(x=g["step"], y=g["max_over_mean"], mode="lines+markers", name=name,
+                                 legendgroup=name, line={"color": color}), row=1, col=1)
+        fig.add_trace(go.Scatter(x=g["step"], y=g["idle_share"], mode="lines+markers", name=name, legendgroup=name,
+                                 showlegend=False, line={"color": color}), row=2, col=1)
+    fig.update_yaxes(type="log", title_text="max / mean", row=1, col=1)
+    fig.update_yaxes(tickformat=".0%", range=[0, 1], title_text="idle", row=2, col=1)
+    fig.update_xaxes(title_text="step", row=2, col=1)
+    return _layout(fig, f"Load imbalance per step, {run_id}", height=560)
+
+
+def gpu_timeline_figure(timeline: pl.DataFrame, run_id: str) -> go.Figure:
+    """Utilization over time per GPU of one run."""
+    d = timeline.filter(pl.col("run_id") == run_id).sort("ts")
+    fig = go.Figure()
+    for i, ((host, gpu), g) in enumerate(_groups(d, ["host", "gpu"])):
+        label = f"{host}:{gpu}" if host else f"gpu {gpu}"
+        fig.add_trace(go.Scatter(x=g["ts"], y=g["util_pct"], mode="lines", name=label, line={"color": _color(i), "width": 1}))
+    fig.update_yaxes(title_text="utilization %", range=[0, 105])
+    fig.update_xaxes(title_text="time")
+    return _layout(fig, f"GPU utilization over time, {run_id}")
+
+
+def gpu_step_figure(util: pl.DataFrame, run_id: str) -> go.Figure:
+    """Per step: utilization of each GPU (markers) over the mean of all GPUs (bars)."""
+    d = util.filter((pl.col("run_id") == run_id) & (pl.col("scope") == "step")).sort("step")
+    fig = go.Figure()
+    if d.height:
+        per_step = d.unique("step", keep="first").sort("step")
+        fig.add_trace(go.Bar(x=per_step["step"], y=per_step["all_gpus_mean_util_pct"], name="mean of GPUs",
+                             marker={"color": "rgba(31,119,180,0.35)"}, customdata=per_step["gpu_spread_pct"],
+                             hovertemplate="step %{x}: %{y:.1f} % (spread %{customdata:.1f} pts)"))
+        for i, ((host, gpu), g) in enumerate(_groups(d, ["host", "gpu"])):
+            fig.add_trace(go.Scatter(x=g["step"], y=g["mean_util_pct"], mode="markers", name=f"{host}:{gpu}" if host else gpu,
+                                     marker={"color": _color(i + 1), "size": 7}, customdata=g["idle_share"],
+                                     hovertemplate="step %{x}: %{y:.1f} % (idle %{customdata:.0%})"))
+    fig.update_yaxes(title_text="utilization %", range=[0, 105])
+    fig.update_xaxes(title_text="step")
+    return _layout(fig, f"GPU utilization per step (bars: mean of GPUs, markers: each GPU), {run_id}")
+
+
+def tool_latency_figure(cdf: pl.DataFrame, latency: pl.DataFrame) -> go.Figure:
+    """Latency CCDF per run x tool on log-log axes, p99 marked."""
+    fig = go.Figure()
+    for i, ((run, tool), g) in enumerate(_groups(cdf.sort("value"), ["run_id", "tool_name"])):
+        color = _color(i)
+        fig.add_trace(go.Scatter(x=g["value"], y=g["share_ge"], mode="lines", line={"color": color, "shape": "hv"},
+                                 name=f"{run} · {tool}"))
+        q = latency.filter((pl.col("run_id") == run) & (pl.col("tool_name") == tool))
+        if q.height and q["p99"][0] is not None and q["p99"][0] > 0:
+            fig.add_vline(x=q["p99"][0], line={"color": color, "dash": "dash", "width": 1})
+    fig.update_xaxes(type="log", title_text="latency (s)")
+    fig.update_yaxes(type="log", title_text="share of calls taking ≥ x")
+    return _layout(fig, "Tool-call latency tail (dashed: p99)")
+
+
+def tool_latency_by_turn_figure(by_turn: pl.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    for i, ((run, tool), g) in enumerate(_groups(by_turn.sort("turn"), ["run_id", "tool_name"])):
+        name = f"{run} · {tool}"
+        fig.add_trace(go.Scatter(x=g["turn"], y=g["p50"], mode="lines+markers", name=f"{name} p50",
+                                 line={"color": _color(i)}))
+        fig.add_trace(go.Scatter(x=g["turn"], y=g["p99"], mode="lines+markers", name=f"{name} p99",
+                                 line={"color": _color(i), "dash": "dash"}))
+    fig.update_xaxes(title_text="turn index", dtick=1)
+    fig.update_yaxes(type="log", title_text="latency (s)")
+    return _layout(fig, "Tool-call latency by turn")
+
+
+def multiturn_pmf_figure(pmf: pl.DataFrame) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("turns per trajectory", "tool calls per trajectory"))
+    for col, var in ((1, "turns"), (2, "tool_calls")):
+        for i, ((run,), g) in enumerate(_groups(pmf.filter(pl.col("variable") == var).sort("value"), ["run_id"])):
+            fig.add_trace(go.Bar(x=g["value"], y=g["share"], name=run, legendgroup=run, showlegend=col == 1,
+                                 marker={"color": _color(i)}), row=1, col=col)
+    fig.update_yaxes(tickformat=".0%", title_text="share of trajectories", row=1, col=1)
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, "Multi-turn structure (pmf)")
+
+
+def multiturn_by_turn_figure(by_turn: pl.DataFrame) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("engine latency per turn (s)", "prefix-cache share of prompt tokens"))
+    for i, ((run,), g) in enumerate(_groups(by_turn.sort("turn"), ["run_id"])):
+        c = _color(i)
+        fig.add_trace(go.Scatter(x=g["turn"], y=g["engine_latency_p50_s"], mode="lines+markers", name=f"{run} p50",
+                                 line={"color": c}), row=1, col=1)
+        fig.add_trace(go.Scatter(x=g["turn"], y=g["engine_latency_p90_s"], mode="lines+markers", name=f"{run} p90",
+                                 line={"color": c, "dash": "dash"}), row=1, col=1)
+        fig.add_trace(go.Bar(x=g["turn"], y=g["prefix_cache_share"], name=f"{run} cache share", marker={"color": c}),
+                      row=1, col=2)
+    fig.update_xaxes(title_text="turn index", dtick=1)
+    fig.update_yaxes(tickformat=".0%", range=[0, 1], row=1, col=2)
+    return _layout(fig, "Per-turn engine latency and prefix caching")
+
+
+def filter_waste_figure(waste: pl.DataFrame, run_id: str) -> go.Figure:
+    """Generated prompts per trainer step split into used, kept but surplus, and filtered out."""
+    d = waste.filter(pl.col("run_id") == run_id).sort("trainer_step")
+    used = d["prompts_used"].cast(pl.Float64)
+    kept = d["prompts_kept"].cast(pl.Float64)
+    gen = d["prompts_generated"].cast(pl.Float64)
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=d["trainer_step"], y=used, name="used for training", marker={"color": "#2ca02c"}))
+    fig.add_trace(go.Bar(x=d["trainer_step"], y=kept - used, name="kept, surplus", marker={"color": "#ffbb78"}))
+    fig.add_trace(go.Bar(x=d["trainer_step"], y=gen - kept, name="filtered out", marker={"color": OUTLIER},
+                         customdata=d["gen_batches"], hovertemplate="step %{x}: %{y} prompts (%{customdata} gen batches)"))
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title_text="trainer step", dtick=1)
+    fig.update_yaxes(title_text="prompts generated")
+    return _layout(fig, f"Filtering waste per trainer step, {run_id}")
+
+
+def compare_quantiles_figure(quantiles: pl.DataFrame, kind: str = "response") -> go.Figure:
+    """Cross-run: p50 / p90 / p99 / max per run x task, log y."""
+    d = quantiles.filter(pl.col("kind") == kind).sort("run_id", "task")
+    labels = [f"{r} · {t}" for r, t in zip(d["run_id"], d["task"], strict=True)]
+    fig = go.Figure()
+    for i, col in enumerate(("p50", "p90", "p99", "max")):
+        fig.add_trace(go.Bar(x=labels, y=d[col], name=col, marker={"color": _color(i)}))
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(type="log", title_text=f"{kind} tokens")
+    return _layout(fig, f"Cross-run {kind} length quantiles")
+
+
+def compare_variance_figure(variance: pl.DataFrame) -> go.Figure:
+    """Cross-run: coefficient of variation per metric."""
+    fig = go.Figure()
+    for i, ((metric,), g) in enumerate(_groups(variance.sort("run_id"), ["metric"])):
+        fig.add_trace(go.Bar(x=g["run_id"], y=g["cv"], name=metric, marker={"color": _color(i)}))
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="CV (std / mean)")
+    return _layout(fig, "Cross-run step-to-step variation")
+
+
+def compare_imbalance_figure(imbalance: pl.DataFrame) -> go.Figure:
+    """Cross-run: distribution of per-step max/mean for each run x phase x quantity (box)."""
+    fig = go.Figure()
+    for i, ((run,), g) in enumerate(_groups(imbalance, ["run_id"])):
+        labels = [f"{p} · {q}" for p, q in zip(g["phase"], g["quantity"], strict=True)]
+        fig.add_trace(go.Box(x=labels, y=g["max_over_mean"], name=run, marker={"color": _color(i)}, boxpoints="all"))
+    fig.update_layout(boxmode="group")
+    fig.update_yaxes(type="log", title_text="max / mean per step")
+    return _layout(fig, "Cross-run load imbalance")

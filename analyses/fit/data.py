@@ -1,0 +1,83 @@
+"""The frames a fit needs for one run, read from the warehouse (the only warehouse access in
+:mod:`analyses.fit`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from analyses.warehouse import run_ids, scan_table
+
+
+@dataclass
+class RunFrames:
+    run_id: str
+    samples: pl.DataFrame
+    turns: pl.DataFrame | None = None
+    tool_calls: pl.DataFrame | None = None
+    rank_times: pl.DataFrame | None = None
+    steps: pl.DataFrame | None = None
+    task: str | None = None
+    max_response_length: float | None = None
+    info: dict = field(default_factory=dict)
+
+    def restrict(self, steps: list[int]) -> RunFrames:
+        """The same run with only the given steps."""
+
+        def f(df: pl.DataFrame | None) -> pl.DataFrame | None:
+            return None if df is None else df.filter(pl.col("step").is_in(steps))
+
+        return RunFrames(self.run_id, f(self.samples), f(self.turns), f(self.tool_calls), f(self.rank_times), f(self.steps),
+                         self.task, self.max_response_length, dict(self.info))
+
+
+def _opt(df: pl.DataFrame) -> pl.DataFrame | None:
+    return df if df.height else None
+
+
+def load_run(root: Path, run_id: str) -> RunFrames:
+    """Read one run's samples / turns / tool calls / rank times / steps from the warehouse."""
+    if run_id not in run_ids(root):
+        raise KeyError(f"run {run_id!r} is not in the warehouse {root}")
+    runs = scan_table(root, "runs", [run_id]).collect()
+    task = runs["task"][0] if runs.height else None
+    mrl = runs["max_response_length"][0] if runs.height else None
+    return RunFrames(
+        run_id=run_id,
+        samples=scan_table(root, "samples", [run_id]).collect(),
+        turns=_opt(scan_table(root, "turns", [run_id]).collect()),
+        tool_calls=_opt(scan_table(root, "tool_calls", [run_id]).collect()),
+        rank_times=_opt(scan_table(root, "rank_times", [run_id]).collect()),
+        steps=_opt(scan_table(root, "steps", [run_id]).collect()),
+        task=task,
+        max_response_length=float(mrl) if mrl is not None else None,
+    )
+
+
+def runs_with_samples(root: Path) -> list[str]:
+    """Runs that have per-sample lengths (the ones a workload can be fitted to)."""
+    df = scan_table(root, "samples").filter(pl.col("response_tokens").is_not_null()).select("run_id").unique().collect()
+    return sorted(df["run_id"].to_list())
+
+
+def fit_runs(root: Path, runs: list[str] | None = None, seed: int = 0) -> dict:
+    """Fit every (selected) run of the warehouse into one spec document."""
+    from analyses.fit.spec import build_spec, workload_key
+    from analyses.fit.workload import fit_workload
+
+    chosen = runs if runs else runs_with_samples(root)
+    workloads: dict[str, dict] = {}
+    for r in chosen:
+        f = load_run(root, r)
+        tasks = [t for t in f.samples["task"].unique().to_list() if t is not None] if "task" in f.samples.columns else []
+        several = len(tasks) > 1
+        for t in tasks if several else [None]:
+            s = f.samples if t is None else f.samples.filter(pl.col("task") == t)
+            task = t or f.task or (tasks[0] if tasks else None)
+            workloads[workload_key(r, task, several)] = fit_workload(
+                s, turns=f.turns, tool_calls=f.tool_calls, rank_times=f.rank_times, run_id=r, task=task,
+                max_response_length=f.max_response_length, seed=seed,
+            )
+    return build_spec(workloads, list(chosen), seed)

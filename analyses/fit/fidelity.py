@@ -1,0 +1,194 @@
+"""Fidelity: does a generated workload look like the real one on steps the fit never saw?
+
+Protocol (identical for our fitted model and for PolyTrace's histogram resampler):
+
+1. Split the run by training step: the first two thirds of its full steps are fitted, the rest
+   are held out. A step with fewer than half the median step's samples is a partial (cut-off)
+   step and is left out of both. A run with fewer than 3 full steps is split by prompt groups
+   instead: its groups, in order, are dealt into 8 pseudo-steps, the first 5 fitted, the last
+   3 held out.
+2. Generate each held-out step (same step index, same batch shape as the training steps) with
+   each of several seeds.
+3. Per step compute: total tokens, longest response, p99 response, the rollout makespan in
+   tokens (the most loaded DP rank's response tokens), and for multi-turn runs the turns and
+   tool time of the step. Statistics whose real value is 0 are skipped (no relative error).
+4. ``accuracy_pct``: for each held-out step the generated statistic is averaged over the seeds
+   (the generator's prediction for that step); APE against the real step; accuracy = 100 - MAPE
+   over (statistic, step). ``errors_pct`` are those APEs averaged per statistic.
+   Two companion scores use the same generated steps: ``single_replay_accuracy_pct`` (the APE of
+   each seed's own steps, averaged over seeds -- what one replay scores, generator noise
+   included) and ``level_accuracy_pct`` (per statistic, the mean over held-out steps vs the mean
+   over generated steps -- whether the workload's level is right, step-to-step noise aside).
+
+Nothing is tuned on the held-out steps: the model choices (families, AIC, drift test, copula vs
+mixture) are made on the training steps only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from analyses.fit.baseline import HistogramBaseline
+from analyses.fit.data import RunFrames
+from analyses.fit.sampler import generate
+from analyses.fit.workload import fit_workload, training_samples
+
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+TRAIN_FRACTION = 2 / 3
+PSEUDO_STEPS, PSEUDO_TRAIN = 8, 5
+STATS_BASE = ("total_tokens", "longest_response", "p99_response", "makespan_tokens")
+STATS_MULTI = ("turns", "tool_time_s")
+
+
+@dataclass
+class Split:
+    mode: str  # 'steps' | 'prompt_groups'
+    train_steps: list[int]
+    heldout_steps: list[int]
+    partial_steps: list[int]
+    frames: RunFrames  # with pseudo-steps relabelled when mode == 'prompt_groups'
+
+
+def split_run(frames: RunFrames, train_fraction: float = TRAIN_FRACTION) -> Split:
+    s = training_samples(frames.samples)
+    counts = s.group_by("step").len().sort("step")
+    med = float(counts["len"].median() or 0)
+    full = [int(k) for k, c in zip(counts["step"], counts["len"], strict=True) if c >= 0.5 * med]
+    partial = [int(k) for k in counts["step"] if int(k) not in full]
+    if len(full) >= 3:
+        n_train = min(max(int(round(len(full) * train_fraction)), 1), len(full) - 1)
+        return Split("steps", full[:n_train], full[n_train:], partial, frames)
+    # prompt-group split: groups in (step, group) order dealt into pseudo-steps
+    s = s.filter(pl.col("step").is_in(full))
+    groups = s.select("step", "group").unique().sort("step", "group").with_row_index("gi")
+    ng = groups.height
+    groups = groups.with_columns(pseudo=(pl.col("gi") * PSEUDO_STEPS // max(ng, 1)).cast(pl.Int64))
+    s = s.join(groups.select("step", "group", "pseudo"), on=["step", "group"])
+    key = s.select("step", "sample_id", "pseudo")
+
+    def relabel(df: pl.DataFrame | None) -> pl.DataFrame | None:
+        if df is None:
+            return None
+        return df.join(key, on=["step", "sample_id"]).with_columns(step=pl.col("pseudo")).drop("pseudo")
+
+    samples = s.with_columns(step=pl.col("pseudo"), group_id=pl.concat_str([pl.col("step").cast(pl.String), pl.col("group_id")], separator="|")).drop("pseudo", "group")
+    rf = RunFrames(frames.run_id, samples, relabel(frames.turns), relabel(frames.tool_calls), None, None, frames.task,
+                   frames.max_response_length, dict(frames.info))
+    return Split("prompt_groups", list(range(PSEUDO_TRAIN)), list(range(PSEUDO_TRAIN, PSEUDO_STEPS)), partial, rf)
+
+
+def per_sample_tool_time(samples: pl.DataFrame, tool_calls: pl.DataFrame | None, keys: tuple[str, ...]) -> pl.DataFrame:
+    if tool_calls is None or tool_calls.height == 0:
+        return samples.with_columns(tool_time_s=pl.lit(0.0))
+    tt = tool_calls.group_by(*keys).agg(tool_time_s=pl.col("latency_s").sum())
+    return samples.join(tt, on=list(keys), how="left").with_columns(pl.col("tool_time_s").fill_null(0.0))
+
+
+def step_statistics(samples: pl.DataFrame, multi: bool, has_ranks: bool) -> pl.DataFrame:
+    """One row per step with the fidelity statistics."""
+    s = samples.with_columns(pl.col("prompt_tokens").cast(pl.Float64), pl.col("response_tokens").cast(pl.Float64))
+    aggs = [
+        (pl.col("prompt_tokens") + pl.col("response_tokens")).sum().alias("total_tokens"),
+        pl.col("response_tokens").max().alias("longest_response"),
+        pl.col("response_tokens").quantile(0.99, "linear").alias("p99_response"),
+    ]
+    if multi:
+        aggs += [pl.col("n_turns").sum().cast(pl.Float64).alias("turns"), pl.col("tool_time_s").sum().alias("tool_time_s")]
+    out = s.group_by("step").agg(aggs)
+    if has_ranks:
+        mk = s.group_by("step", "dp_rank").agg(t=pl.col("response_tokens").sum()).group_by("step").agg(makespan_tokens=pl.col("t").max())
+        out = out.join(mk, on="step")
+    return out.sort("step")
+
+
+def _ape(real: pl.DataFrame, gen: pl.DataFrame, names: list[str]) -> dict[str, float]:
+    """Mean over steps of |gen - real| / real, per statistic (steps where real is 0 skipped)."""
+    j = real.join(gen, on="step", suffix="_gen")
+    out = {}
+    for c in names:
+        r, g = j[c].to_numpy(), j[f"{c}_gen"].to_numpy()
+        ok = r > 0
+        out[c] = float(np.mean(np.abs(g[ok] - r[ok]) / r[ok])) if ok.any() else float("nan")
+    return out
+
+
+def _scores(real: pl.DataFrame, per_seed: list[pl.DataFrame], names: list[str]) -> dict[str, Any]:
+    allg = pl.concat(per_seed)
+    mean_gen = allg.group_by("step").agg([pl.col(c).mean() for c in names])
+    ape = _ape(real, mean_gen, names)
+    single = [_ape(real, g, names) for g in per_seed]
+    level = {}
+    for c in names:
+        r = float(real[c].mean())
+        level[c] = abs(float(allg[c].mean()) - r) / r if r > 0 else float("nan")
+
+    def acc(e: dict[str, float]) -> float:
+        return 100.0 * (1 - float(np.nanmean(list(e.values()))))
+
+    return {
+        "accuracy_pct": acc(ape),
+        "errors_pct": {c: 100.0 * v for c, v in ape.items()},
+        "single_replay_accuracy_pct": float(np.mean([acc(e) for e in single])),
+        "level_accuracy_pct": acc(level),
+        "level_errors_pct": {c: 100.0 * v for c, v in level.items()},
+        "generated_mean": {c: float(allg[c].mean()) for c in names},
+    }
+
+
+def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fraction: float = TRAIN_FRACTION) -> dict[str, Any]:
+    """Score our fitted generator and PolyTrace's histogram baseline on held-out steps."""
+    sp = split_run(frames, train_fraction)
+    fr = sp.frames
+    train = fr.restrict(sp.train_steps)
+    held = fr.restrict(sp.heldout_steps)
+    wl = fit_workload(train.samples, turns=train.turns, tool_calls=train.tool_calls, rank_times=train.rank_times,
+                      run_id=fr.run_id, task=fr.task, max_response_length=fr.max_response_length)
+    multi = bool(wl["batch"]["multi_turn"])
+    has_ranks = bool(wl["batch"]["has_ranks"])
+    names = list(STATS_BASE if has_ranks else STATS_BASE[:3]) + (list(STATS_MULTI) if multi else [])
+    hs = training_samples(held.samples)
+    hs = per_sample_tool_time(hs, held.tool_calls, ("step", "sample_id"))
+    real = step_statistics(hs, multi, has_ranks)
+    names = [c for c in names if float(real[c].abs().sum()) > 0]
+    ts = per_sample_tool_time(training_samples(train.samples), train.tool_calls, ("step", "sample_id"))
+    base = HistogramBaseline(ts, wl["batch"], per_sample_tool_time=ts)
+    ours_stats: list[pl.DataFrame] = []
+    base_stats: list[pl.DataFrame] = []
+    for seed in seeds:
+        g = generate(wl, sp.heldout_steps, seed)
+        gs = per_sample_tool_time(g.samples, g.tool_calls, ("step", "group", "sample_index"))
+        ours_stats.append(step_statistics(gs, multi, has_ranks))
+        b = base.generate(sp.heldout_steps, seed)
+        base_stats.append(step_statistics(b, multi, has_ranks))
+    ours = _scores(real, ours_stats, names)
+    bl = _scores(real, base_stats, names)
+    return {
+        "run_id": frames.run_id,
+        "task": wl["task"],
+        "split": sp.mode,
+        "train_steps": sp.train_steps,
+        "heldout_steps": sp.heldout_steps,
+        "partial_steps_excluded": sp.partial_steps,
+        "seeds": list(seeds),
+        "statistics": names,
+        "accuracy_pct": ours["accuracy_pct"],
+        "baseline_accuracy_pct": bl["accuracy_pct"],
+        "errors_pct": ours["errors_pct"],
+        "baseline_errors_pct": bl["errors_pct"],
+        "single_replay_accuracy_pct": ours["single_replay_accuracy_pct"],
+        "baseline_single_replay_accuracy_pct": bl["single_replay_accuracy_pct"],
+        "level_accuracy_pct": ours["level_accuracy_pct"],
+        "baseline_level_accuracy_pct": bl["level_accuracy_pct"],
+        "level_errors_pct": ours["level_errors_pct"],
+        "baseline_level_errors_pct": bl["level_errors_pct"],
+        "real_mean": {c: float(real[c].mean()) for c in names},
+        "generated_mean": ours["generated_mean"],
+        "baseline_generated_mean": bl["generated_mean"],
+        "real_per_step": real.to_dicts(),
+        "model": {"response_family": wl["variables"]["response_tokens"].get("family") or wl["variables"]["response_tokens"]["kind"],
+                  "joint": wl["joint"].get("selected"), "drift": wl["drift"]["kind"]},
+    }

@@ -1,0 +1,378 @@
+"""Cluster utilization tables into ``gpu_samples``: long (one row per host x time) and wide (one
+column per host or host-GPU, as AcmeTrace publishes its DCGM data).
+
+Long (``value,timestamp_anon,container_ip`` - Alibaba GenAI ``pod_gpu_duty_cycle``): columns are
+recognized by name - a time column (``timestamp*``/``time*``/``ts``), a value column (``value``,
+``*util*``, ``*duty*``), a host column (``container*``, ``pod*``, ``host*``, ``node*``,
+``instance*``, ``ip*``, ``machine*``), optionally ``gpu`` and ``metric``; every column must be
+one of these (the sniffer is strict so generic metric CSVs go to their own reader).
+``host`` = the container/pod; ``gpu`` = the ``gpu`` column, else ``"all"`` (the value is per
+container, whatever number of GPUs it holds).
+
+Wide (``Time,10.0.0.1-0,10.0.0.1-1,...``): first column a time, every other column either
+``<host>-<gpu index>`` or an IPv4 address (then ``gpu`` = ``"all"``). Empty cells write no sample.
+
+Both: the metric comes from the ``metric`` column, else from the file name
+(:func:`analyses.telemetry_units.stem_metric`: ``duty_cycle``/``GPU_UTIL`` -> ``gpu_util_pct``,
+``SM_ACTIVE`` -> ``sm_active_pct`` as ratio x100, ...), else the file stem verbatim. Timestamps
+are epoch seconds/ms/us (by magnitude) or date-time text. Lines whose field count is wrong,
+whose time or value does not parse, are rejected; time going backwards or repeating for a
+host/GPU rejects the line (telemetry_units). Reading is columnar, ``LINE_CHUNK`` lines at a time.
+
+``.tar.gz``/``.tgz``/``.tar`` archives (the Alibaba trace ships as one) are read member by member,
+streamed: CSV members in the sniffed layout are parsed, other members' lines are skipped. A member
+whose bytes equal a file beside the archive (same name, same size, same sha256 - the archive's
+own extracted copy) is skipped whole (its lines count as skipped) so the run does not hold every
+sample twice; an archive alone still ingests. Line numbers run on across members.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+import polars as pl
+
+from analyses.readers.base import Chunk, FileContext, UnreadableFile, rejects_frame
+from analyses.telemetry_units import (
+    LINE_CHUNK,
+    NA_MARKERS,
+    SeriesClock,
+    epoch_to_ts,
+    line_batches,
+    manifest_timezone,
+    parse_ts_any,
+    stem_metric,
+    stream_line_batches,
+    unit_factor,
+)
+
+SOURCE_LONG = "cluster_util_long"
+SOURCE_WIDE = "cluster_util_wide"
+
+_HOST_PREFIXES = ("container", "pod", "host", "node", "instance", "ip", "machine")
+_HOST_GPU = re.compile(r"^(.+)-(\d+)$")
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+
+
+def _role(col: str) -> str | None:
+    c = col.strip().strip('"').lower()
+    if c in ("timestamp", "time", "ts", "datetime", "date_time") or c.startswith(("timestamp", "time_")):
+        return "time"
+    if c in ("value", "val") or "util" in c or "duty" in c:
+        return "value"
+    if c.startswith(_HOST_PREFIXES):
+        return "host"
+    if c in ("gpu", "gpu_index", "gpu_id", "gpu_idx"):
+        return "gpu"
+    if c in ("metric", "metric_name"):
+        return "metric"
+    return None
+
+
+def long_layout(header: str) -> dict[str, int] | None:
+    cols = header.lstrip("\ufeff").split(",")
+    roles = [_role(c) for c in cols]
+    if None in roles or len(set(roles)) != len(roles) or not {"time", "value", "host"} <= set(roles):
+        return None
+    return {r: i for i, r in enumerate(roles) if r is not None}
+
+
+def wide_layout(header: str) -> list[str] | None:
+    cols = [c.strip().strip('"') for c in header.lstrip("\ufeff").split(",")]
+    if len(cols) < 2 or _role(cols[0]) != "time" and cols[0].lower() not in ("date",):
+        return None
+    rest = cols[1:]
+    if all(_HOST_GPU.match(c) for c in rest) or all(_IPV4.match(c) for c in rest):
+        return cols
+    return None
+
+
+def _tar_first_lines(head: str) -> list[str] | None:
+    """First lines of the members whose data starts inside ``head`` when ``head`` is the start
+    of a tar stream (walking the 512-byte member headers); None when it is not a tar."""
+    if len(head) < 600 or head[257:262] != "ustar":
+        return None
+    out, off = [], 0
+    while off + 512 <= len(head) and head[off + 257 : off + 262] == "ustar":
+        name = head[off : off + 100].split("\x00", 1)[0]
+        try:
+            size = int(head[off + 124 : off + 136].strip("\x00 ") or "0", 8)
+        except ValueError:
+            break
+        start = off + 512
+        if name.lower().endswith((".csv", ".txt")) and start < len(head):
+            out.append(head[start:].split("\n", 1)[0].rstrip("\r"))
+        off = start + (size + 511) // 512 * 512
+    return out
+
+
+def _sniff_layout(head: str, layout) -> bool:
+    members = _tar_first_lines(head)
+    if members is None:
+        return layout(_first_line(head)) is not None
+    return any(layout(line) is not None for line in members)
+
+
+def _first_line(head: str) -> str:
+    return head.split("\n", 1)[0].rstrip("\r")
+
+
+# -------------------------------------------------------------------------------- sources
+
+
+def _sha256_stream(fh) -> str:
+    h = hashlib.sha256()
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        h.update(block)
+    return h.hexdigest()
+
+
+def _is_extracted_copy(tf: tarfile.TarFile, member: tarfile.TarInfo, archive: Path) -> bool:
+    sibling = archive.parent / PurePosixPath(member.name).name
+    if not sibling.is_file() or sibling.stat().st_size != member.size:
+        return False
+    fh = tf.extractfile(member)
+    if fh is None:
+        return False
+    with open(sibling, "rb") as sf:
+        return _sha256_stream(fh) == _sha256_stream(sf)
+
+
+def _count_lines(fh) -> int:
+    n, last = 0, b"\n"
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        n += block.count(b"\n")
+        last = block[-1:]
+    return n + (last != b"\n")
+
+
+def iter_sources(
+    path: Path, accepts, chunk_lines: int = LINE_CHUNK
+) -> Iterator[tuple[str, Iterator[pl.DataFrame] | None, int]]:
+    """(name, line batches or None when skipped, lines of a skipped member) per CSV source in
+    ``path``: the file itself, or each member of a tar archive. ``accepts(header)`` says
+    whether a member's first line is in this reader's layout. Consume each member's batches
+    before asking for the next member."""
+    if not tarfile.is_tarfile(path):
+        yield path.name, line_batches(path, chunk_lines), 0
+        return
+    consumed = [0]  # lines of earlier members, so line numbers run on across the archive
+    try:
+        with tarfile.open(path, "r:*") as tf:
+            for member in tf:
+                fh = tf.extractfile(member) if member.isfile() else None
+                if fh is None:
+                    continue
+                first = fh.readline().decode("utf-8", errors="replace").rstrip("\r\n")
+                fh.seek(0)
+                if (
+                    not member.name.lower().endswith((".csv", ".txt"))
+                    or not accepts(first)
+                    or _is_extracted_copy(tf, member, path)
+                ):
+                    n = _count_lines(fh)
+                    consumed[0] += n
+                    yield member.name, None, n
+                    continue
+                yield member.name, _renumber(stream_line_batches(fh, chunk_lines), consumed), 0
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise UnreadableFile(f"broken archive: {exc}") from exc
+
+
+def _renumber(batches: Iterator[pl.DataFrame], consumed: list[int]) -> Iterator[pl.DataFrame]:
+    offset = consumed[0]
+    for b in batches:
+        b = b.with_columns(pl.col("line_no") + offset)
+        consumed[0] = int(b["line_no"][-1])
+        yield b
+
+
+# ------------------------------------------------------------------------------------ long
+
+
+def _metric_for(stem: str) -> tuple[str, float]:
+    m = stem_metric(stem)
+    if m is None:
+        return stem, 1.0
+    # cluster traces export the dcgm field as dcgm writes it (PROF ratios 0..1, energy in mJ)
+    return m.canonical, unit_factor(m.dcgm_unit, m.unit) or 1.0
+
+
+def _fields(n: int) -> pl.Expr:
+    return pl.col("line").str.split(",")
+
+
+def _cell(i: int) -> pl.Expr:
+    return pl.col("_p").list.get(i, null_on_oob=True).str.strip_chars().str.strip_chars('"')
+
+
+def _ts_expr(d: pl.DataFrame, cell: pl.Expr, tz: str | None) -> pl.Expr:
+    """Epoch numbers when every time cell of this batch is one (the common case, and ~3x
+    cheaper than trying the text formats), else text-or-epoch per cell."""
+    num = cell.cast(pl.Float64, strict=False)
+    text = d.select((num.is_null() & cell.is_not_null() & (cell != "")).sum()).item()
+    return epoch_to_ts(num) if text == 0 else parse_ts_any(cell, tz)
+
+
+def _finish(
+    batch: pl.DataFrame, samples: pl.DataFrame | None, bad: pl.DataFrame, skipped: int, source: str
+) -> Chunk:
+    return Chunk(
+        tables={"gpu_samples": samples.with_columns(source=pl.lit(source))}
+        if samples is not None and samples.height
+        else {},
+        rejects=rejects_frame(bad["line_no"], bad["reason"], bad["line"]) if bad.height else None,
+        lines=batch.height,
+        rows_rejected=bad.height,
+        rows_skipped=skipped,
+        rows_ok=batch.height - bad.height - skipped,
+    )
+
+
+class ClusterUtilLongReader:
+    name = SOURCE_LONG
+
+    def sniff(self, head: str, path: Path) -> bool:
+        return _sniff_layout(head, long_layout)
+
+    def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        tz = manifest_timezone(ctx.manifest)
+        for name, batches, n_skip in iter_sources(ctx.path, lambda h: long_layout(h) is not None):
+            if batches is None:
+                yield Chunk(lines=n_skip, rows_skipped=n_skip)
+                continue
+            metric, factor = _metric_for(PurePosixPath(name).stem)
+            clock = SeriesClock(["host", "gpu", "metric"])
+            layout: dict[str, int] | None = None
+            for batch in batches:
+                skipped = 0
+                if layout is None:
+                    layout = long_layout(batch["line"][0])
+                    batch_body = batch.slice(1)
+                    skipped = 1
+                    if layout is None:
+                        raise UnreadableFile(f"{name}: header is not a long utilization table")
+                else:
+                    batch_body = batch
+                yield self._chunk(batch, batch_body, skipped, layout, metric, factor, tz, clock)
+
+    def _chunk(self, batch, body, skipped, layout, metric, factor, tz, clock) -> Chunk:
+        blank = body.filter(pl.col("line").str.strip_chars() == "")
+        body = body.filter(pl.col("line").str.strip_chars() != "")
+        n = len(layout)
+        d = body.with_columns(_p=_fields(n))
+        cell = lambda role: _cell(layout[role])  # noqa: E731
+        raw_v = cell("value")
+        d = d.with_columns(
+            host=cell("host"),
+            gpu=cell("gpu") if "gpu" in layout else pl.lit("all"),
+            metric=cell("metric") if "metric" in layout else pl.lit(metric),
+            ts=_ts_expr(d, cell("time"), tz),
+            value=raw_v.cast(pl.Float64, strict=False) * factor,
+            _na=raw_v.is_in(list(NA_MARKERS)),
+        )
+        reason = (
+            pl.when(pl.col("_p").list.len() != n)
+            .then(pl.format("expected {} fields, got {}", pl.lit(n), pl.col("_p").list.len()))
+            .when(pl.col("ts").is_null())
+            .then(pl.lit("unparseable timestamp"))
+            .when(pl.col("host").is_null() | (pl.col("host") == ""))
+            .then(pl.lit("missing host"))
+            .when(pl.col("value").is_null() & ~pl.col("_na"))
+            .then(pl.lit("non-numeric value"))
+        )
+        d = d.with_columns(_reason=reason)
+        good = d.filter(pl.col("_reason").is_null())
+        good = good.with_columns(_reason=clock.check(good.select("host", "gpu", "metric", "ts")))
+        bad = pl.concat(
+            [d.filter(pl.col("_reason").is_not_null()), good.filter(pl.col("_reason").is_not_null())]
+        )
+        good = good.filter(pl.col("_reason").is_null() & pl.col("value").is_not_null())
+        samples = good.select("host", "gpu", "ts", "metric", "value")
+        return _finish(
+            batch,
+            samples,
+            bad.select("line_no", "line", reason="_reason"),
+            skipped + blank.height,
+            SOURCE_LONG,
+        )
+
+
+# ------------------------------------------------------------------------------------ wide
+
+
+class ClusterUtilWideReader:
+    name = SOURCE_WIDE
+
+    def sniff(self, head: str, path: Path) -> bool:
+        return _sniff_layout(head, wide_layout)
+
+    def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        tz = manifest_timezone(ctx.manifest)
+        for name, batches, n_skip in iter_sources(ctx.path, lambda h: wide_layout(h) is not None):
+            if batches is None:
+                yield Chunk(lines=n_skip, rows_skipped=n_skip)
+                continue
+            metric, factor = _metric_for(PurePosixPath(name).stem)
+            clock = SeriesClock(["_k"])
+            cols: list[str] | None = None
+            for batch in batches:
+                skipped = 0
+                body = batch
+                if cols is None:
+                    cols = wide_layout(batch["line"][0])
+                    body, skipped = batch.slice(1), 1
+                    if cols is None:
+                        raise UnreadableFile(f"{name}: header is not a wide utilization table")
+                yield self._chunk(batch, body, skipped, cols, metric, factor, tz, clock)
+
+    def _chunk(self, batch, body, skipped, cols, metric, factor, tz, clock) -> Chunk:
+        blank = body.filter(pl.col("line").str.strip_chars() == "")
+        body = body.filter(pl.col("line").str.strip_chars() != "")
+        n = len(cols)
+        d = body.with_columns(_p=_fields(n))
+        cell = _cell
+        vals = {f"_v{i}": pl.when(~cell(i).is_in(list(NA_MARKERS))).then(cell(i)) for i in range(1, n)}
+        d = d.with_columns(ts=_ts_expr(d, cell(0), tz), **vals)
+        nums = {k: pl.col(k).cast(pl.Float64, strict=False) for k in vals}
+        non_numeric = pl.any_horizontal([pl.col(k).is_not_null() & nums[k].is_null() for k in vals])
+        reason = (
+            pl.when(pl.col("_p").list.len() != n)
+            .then(pl.format("expected {} fields, got {}", pl.lit(n), pl.col("_p").list.len()))
+            .when(pl.col("ts").is_null())
+            .then(pl.lit("unparseable timestamp"))
+            .when(non_numeric)
+            .then(pl.lit("non-numeric value"))
+        )
+        d = d.with_columns(_reason=reason, _k=pl.lit(0), **{k: e * factor for k, e in nums.items()})
+        good = d.filter(pl.col("_reason").is_null())
+        good = good.with_columns(_reason=clock.check(good.select("_k", "ts")))
+        bad = pl.concat(
+            [d.filter(pl.col("_reason").is_not_null()), good.filter(pl.col("_reason").is_not_null())]
+        )
+        good = good.filter(pl.col("_reason").is_null())
+        long = (
+            good.select("ts", *vals)
+            .rename({f"_v{i}": cols[i] for i in range(1, n)})
+            .unpivot(index="ts", variable_name="_col", value_name="value")
+            .filter(pl.col("value").is_not_null())
+        )
+        hg = pl.col("_col").str.extract_groups(r"^(.+)-(\d+)$")
+        samples = long.select(
+            host=pl.coalesce(hg.struct.field("1"), pl.col("_col")),
+            gpu=pl.coalesce(hg.struct.field("2"), pl.lit("all")),
+            ts="ts",
+            metric=pl.lit(metric),
+            value="value",
+        )
+        return _finish(
+            batch,
+            samples,
+            bad.select("line_no", "line", reason="_reason"),
+            skipped + blank.height,
+            SOURCE_WIDE,
+        )

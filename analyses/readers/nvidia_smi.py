@@ -1,0 +1,436 @@
+"""nvidia-smi telemetry: ``--query-gpu=... --format=csv`` logs and ``nvidia-smi dmon`` output.
+
+Both go to ``gpu_samples`` in long form (host, gpu, ts, metric, value) with canonical metric
+names and units from :mod:`analyses.telemetry_units`.
+
+Rules (CSV):
+* Any column set. The header (``timestamp, memory.used [MiB], utilization.gpu [%]``) names the
+  columns; a header line met again mid-file (the logger restarted, maybe with other columns)
+  is skipped and applies to the lines after it. Blank lines are skipped.
+* Units may sit in the header (``[MiB]``), in the cells (``17092 MiB``), or nowhere
+  (``nounits``: the header unit, else the metric's canonical unit, applies).
+* ``gpu`` is the ``index`` column, else ``uuid``, else ``pci.bus_id``. Without any of them, the
+  lines of one query pass share a timestamp and come in index order, so the k-th line of a run
+  of equal timestamps is GPU k when the file's passes typically hold >= 2 lines; a log whose
+  passes hold one line is one GPU ``"0"`` (see :class:`_Passes`).
+* ``host`` is the file's path in the run without its suffix (``gpu_usage``): nvidia-smi does not
+  print a host name, and the path keeps the samples of two nodes' files apart.
+* A line is rejected (with its reason) when its field count differs from the header, its
+  timestamp does not parse, a known metric's cell is not a number, or its unit is unknown.
+  ``[N/A]``/``[Not Supported]`` cells write no sample. Time going backwards or repeating for a
+  GPU rejects the line (see telemetry_units); a line whose cells are all N/A writes nothing and
+  is not time-checked.
+* Timestamps are local time without a zone: read as UTC unless run.toml has ``timezone``.
+
+Rules (dmon): the ``# gpu pwr gtemp ...`` line names the columns, the ``# Idx W C ...`` line
+gives units; both are skipped, as are other ``#`` lines; ``-`` means not measured. With
+``-o DT`` the Date and Time columns give ``ts``; without them ``ts`` is null (dmon prints no
+time, and inventing one from a sampling interval we do not know would mislead alignment).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+
+from analyses.readers.base import Chunk, FileContext, rejects_frame
+from analyses.telemetry_units import (
+    DMON_COLUMNS,
+    NA_MARKERS,
+    SMI_FIELDS,
+    UNITS,
+    SeriesClock,
+    factor_expr,
+    file_host,
+    line_batches,
+    manifest_timezone,
+    parse_ts_text,
+)
+
+SOURCE_CSV = "nvidia_smi_csv"
+SOURCE_DMON = "nvidia_smi_dmon"
+
+_FIELD_RE = r"^\s*[a-z][a-z0-9_]*(\.[a-z0-9_]+)*(\s*\[[^\]]*\])?\s*$"
+_FIELD = re.compile(_FIELD_RE)
+_SMI_PREFIXES = (
+    "utilization.",
+    "memory.",
+    "power.",
+    "temperature.",
+    "clocks.",
+    "fan.",
+    "pcie.",
+    "ecc.",
+    "enforced.",
+    "encoder.",
+    "clocks_throttle_reasons.",
+    "clocks_event_reasons.",
+)
+ID_FIELDS = ("index", "uuid", "pci.bus_id")
+NON_METRIC = {
+    "timestamp",
+    "index",
+    "uuid",
+    "pci.bus_id",
+    "name",
+    "serial",
+    "driver_version",
+    "vbios_version",
+    "pci.bus",
+    "pci.domain",
+    "pci.device",
+    "pci.device_id",
+    "pci.sub_device_id",
+    "count",
+}
+# a number, optionally followed by a unit
+_NUM_UNIT = r"^([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S.*)?$"
+
+
+def _split_field(raw: str) -> tuple[str, str]:
+    """``memory.used [MiB]`` -> (``memory.used``, ``MiB``)."""
+    m = re.match(r"^\s*([^\[]+?)\s*(?:\[([^\]]*)\])?\s*$", raw)
+    return (m.group(1), (m.group(2) or "").strip()) if m else (raw.strip(), "")
+
+
+def _is_smi_header(line: str) -> bool:
+    fields = [f for f in line.lstrip("\ufeff").split(",")]
+    if not fields or not all(_FIELD.match(f) for f in fields):
+        return False
+    names = [_split_field(f)[0] for f in fields]
+    return any(n in SMI_FIELDS or n.startswith(_SMI_PREFIXES) for n in names)
+
+
+class NvidiaSmiCsvReader:
+    name = SOURCE_CSV
+
+    def sniff(self, head: str, path: Path) -> bool:
+        for line in head.splitlines():
+            if line.strip():
+                return _is_smi_header(line)
+        return False
+
+    def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        tz = manifest_timezone(ctx.manifest)
+        host = file_host(ctx.rel_path)
+        clock = SeriesClock(["gpu"])
+        passes = _Passes()
+        header: list[tuple[str, str]] | None = None
+        for batch in line_batches(ctx.path):
+            chunk, header = _csv_chunk(batch, header, host, tz, clock, passes)
+            yield chunk
+
+
+def _csv_chunk(
+    batch: pl.DataFrame,
+    header: list[tuple[str, str]] | None,
+    host: str,
+    tz: str | None,
+    clock: SeriesClock,
+    passes: _Passes,
+) -> tuple[Chunk, list[tuple[str, str]] | None]:
+    b = batch.with_columns(pl.col("line").str.strip_prefix("\ufeff"))
+    blank = pl.col("line").str.strip_chars() == ""
+    is_hdr = pl.col("line").str.split(",").list.eval(pl.element().str.contains(_FIELD_RE)).list.all()
+    b = b.with_columns(_blank=blank, _hdr=is_hdr & ~blank).with_columns(_seg=pl.col("_hdr").cum_sum())
+    hdr_lines = b.filter("_hdr")["line"].to_list()
+    headers = [header] + [[_split_field(f) for f in h.split(",")] for h in hdr_lines]
+    data = b.filter(~pl.col("_blank") & ~pl.col("_hdr"))
+    samples, rejects = [], []
+    for seg, hdr in enumerate(headers):
+        rows = data.filter(pl.col("_seg") == seg).select("line_no", "line")
+        if rows.height == 0:
+            continue
+        if hdr is None:
+            rejects.append(rows.with_columns(reason=pl.lit("data line before any nvidia-smi header")))
+            continue
+        ok, bad = _csv_segment(rows, hdr, host, tz, clock, passes)
+        samples.append(ok)
+        rejects.append(bad)
+    rej = (
+        pl.concat(rejects)
+        if rejects
+        else pl.DataFrame(schema={"line_no": pl.Int64, "line": pl.String, "reason": pl.String})
+    )
+    skipped = int(b["_blank"].sum() + b["_hdr"].sum())
+    out = pl.concat(samples, how="vertical_relaxed") if samples else None
+    chunk = Chunk(
+        tables={"gpu_samples": out} if out is not None and out.height else {},
+        rejects=rejects_frame(rej["line_no"], rej["reason"], rej["line"]) if rej.height else None,
+        lines=batch.height,
+        rows_rejected=rej.height,
+        rows_skipped=skipped,
+        rows_ok=batch.height - rej.height - skipped,
+    )
+    return chunk, headers[-1]
+
+
+def _csv_segment(
+    rows: pl.DataFrame,
+    hdr: list[tuple[str, str]],
+    host: str,
+    tz: str | None,
+    clock: SeriesClock,
+    passes: _Passes,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    names = [n for n, _ in hdr]
+    d = rows.with_columns(_p=pl.col("line").str.split(","))
+
+    def cell(i: int) -> pl.Expr:
+        return pl.col("_p").list.get(i, null_on_oob=True).str.strip_chars()
+
+    reasons: list[pl.Expr] = [
+        pl.when(pl.col("_p").list.len() != len(names)).then(
+            pl.format("expected {} fields, got {}", pl.lit(len(names)), pl.col("_p").list.len())
+        )
+    ]
+    cols: dict[str, pl.Expr] = {}
+    if "timestamp" in names:
+        t = cell(names.index("timestamp"))
+        cols["ts"] = parse_ts_text(t, tz)
+        reasons.append(
+            pl.when(parse_ts_text(t, tz).is_null()).then(pl.format("unparseable timestamp '{}'", t))
+        )
+    else:
+        cols["ts"] = pl.lit(None, dtype=pl.Datetime("us", "UTC"))
+    gpu_col = next((f for f in ID_FIELDS if f in names), None)
+    cols["gpu"] = cell(names.index(gpu_col)) if gpu_col else pl.lit("0")
+    metric_names: dict[str, str] = {}
+    for i, (name, hunit) in enumerate(hdr):
+        if name in NON_METRIC:
+            continue
+        c = cell(i)
+        g = c.str.extract_groups(_NUM_UNIT)
+        num = g.struct.field("1").cast(pl.Float64, strict=False)
+        unit = pl.coalesce(g.struct.field("2").str.strip_chars(), pl.lit(hunit))
+        na = c.is_in(list(NA_MARKERS)) | c.is_null()
+        m = SMI_FIELDS.get(name)
+        key = f"_v{i}"
+        if m is not None:
+            factor = factor_expr(unit, m.unit)
+            cols[key] = pl.when(~na).then(num * factor)
+            reasons.append(
+                pl.when(~na & num.is_null())
+                .then(pl.format("non-numeric value '{}' in {}", c, pl.lit(name)))
+                .when(~na & factor.is_null())
+                .then(pl.format("unknown unit '{}' for {}", unit, pl.lit(name)))
+            )
+            metric = m.canonical if m.canonical not in metric_names.values() else name
+        else:
+            # unknown field: kept verbatim when numeric (plain or with a known unit), else ignored
+            known_unit = unit.is_in(list(UNITS)) | (unit == "")
+            cols[key] = pl.when(~na & known_unit).then(num)
+            metric = name
+        metric_names[key] = metric
+    d = d.with_columns(_reason=pl.coalesce(reasons), **cols)
+    if gpu_col is None:
+        d = d.with_columns(gpu=passes.number(d["ts"]))
+    bad = d.filter(pl.col("_reason").is_not_null())
+    good = d.filter(pl.col("_reason").is_null())
+    good = good.with_columns(_reason=clock.check(_timed_rows(good, list(metric_names))))
+    bad = pl.concat([bad, good.filter(pl.col("_reason").is_not_null())])
+    good = good.filter(pl.col("_reason").is_null())
+    value_cols = list(metric_names)
+    if value_cols:
+        long = (
+            good.select("gpu", "ts", *value_cols)
+            .rename(metric_names)
+            .unpivot(index=["gpu", "ts"], variable_name="metric", value_name="value")
+            .filter(pl.col("value").is_not_null())
+            .with_columns(host=pl.lit(host), source=pl.lit(SOURCE_CSV))
+        )
+    else:
+        long = pl.DataFrame()
+    return long, bad.select("line_no", "line", pl.col("_reason").alias("reason"))
+
+
+class _Passes:
+    """GPU numbers for a log without an id column.
+
+    nvidia-smi prints every GPU of one query pass with the pass's timestamp, in index order. So
+    when the file's passes typically hold several lines (decided on its first data batch: the
+    most common length of runs of equal consecutive timestamps is >= 2), the k-th line of a run
+    is GPU k. When passes hold one line, the log is one GPU ("0") and a repeated timestamp is a
+    duplicate. State carries over batches, so a pass cut by a batch boundary keeps numbering.
+    """
+
+    def __init__(self) -> None:
+        self.multi: bool | None = None
+        self.last_ts = None
+        self.last_pos = -1
+
+    def number(self, ts: pl.Series) -> pl.Series:
+        if ts.len() == 0:
+            return pl.Series("gpu", [], dtype=pl.String)
+        df = pl.DataFrame({"ts": ts})
+        same = (pl.col("ts") == pl.col("ts").shift(1)).fill_null(False)
+        if self.last_ts is not None:
+            first = pl.int_range(pl.len()) == 0
+            same = pl.when(first).then(pl.col("ts") == self.last_ts).otherwise(same).fill_null(False)
+        df = df.with_columns(_run=(~same).cum_sum())
+        if self.multi is None:
+            lengths = df.group_by("_run").len()["len"]
+            self.multi = bool(lengths.mode().max() >= 2)
+        if not self.multi:
+            return pl.Series("gpu", ["0"] * ts.len(), dtype=pl.String)
+        pos = df.select(
+            p=pl.int_range(pl.len()).over("_run")
+            + pl.when(pl.col("_run") == 0).then(self.last_pos + 1).otherwise(0)
+        )["p"]
+        self.last_ts, self.last_pos = ts[-1], int(pos[-1])
+        return pos.cast(pl.String).alias("gpu")
+
+
+def _timed_rows(good: pl.DataFrame, value_cols: list[str]) -> pl.DataFrame:
+    """(gpu, ts) for the clock check; a line whose cells are all N/A writes no sample, so its
+    time is not checked (null) and a stray all-N/A line cannot reject itself or the next one."""
+    has_value = (
+        pl.any_horizontal([pl.col(c).is_not_null() for c in value_cols]) if value_cols else pl.lit(False)
+    )
+    return good.select("gpu", ts=pl.when(has_value).then(pl.col("ts")))
+
+
+# ------------------------------------------------------------------------------------- dmon
+
+_DMON_NAMES = r"^#\s*(?:Date\s+)?(?:Time\s+)?gpu\s+\S"
+_DMON_UNITS = r"^#\s*(?:YYYYMMDD\s+)?(?:HH:MM:SS\s+)?Idx\b"
+
+
+class NvidiaSmiDmonReader:
+    name = SOURCE_DMON
+
+    def sniff(self, head: str, path: Path) -> bool:
+        return bool(re.search(_DMON_NAMES, head, re.M)) and bool(re.search(_DMON_UNITS, head, re.M))
+
+    def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        tz = manifest_timezone(ctx.manifest)
+        host = file_host(ctx.rel_path)
+        clock = SeriesClock(["gpu"])
+        state: tuple[list[str] | None, list[str] | None] = (None, None)
+        for batch in line_batches(ctx.path):
+            chunk, state = _dmon_chunk(batch, state, host, tz, clock)
+            yield chunk
+
+
+def _dmon_chunk(
+    batch: pl.DataFrame,
+    state: tuple[list[str] | None, list[str] | None],
+    host: str,
+    tz: str | None,
+    clock: SeriesClock,
+) -> tuple[Chunk, tuple[list[str] | None, list[str] | None]]:
+    line = pl.col("line")
+    b = batch.with_columns(
+        _blank=line.str.strip_chars() == "",
+        _names=line.str.contains(_DMON_NAMES),
+        _units=line.str.contains(_DMON_UNITS),
+        _comment=line.str.starts_with("#"),
+        _tok=line.str.replace(r"^#", "").str.extract_all(r"\S+"),
+    ).with_columns(_seg=pl.col("_names").cum_sum())
+    # per segment: its names line and the first units line that follows it
+    # segment 0 continues the previous batch's header (its units line may fall in this batch)
+    units0 = b.filter((pl.col("_seg") == 0) & pl.col("_units"))["_tok"]
+    heads: list[tuple[list[str] | None, list[str] | None]] = [
+        (state[0], units0[0].to_list() if len(units0) else state[1])
+    ]
+    for seg, names in b.filter("_names").select("_seg", "_tok").iter_rows():
+        units = b.filter((pl.col("_seg") == seg) & pl.col("_units"))["_tok"]
+        heads.append((names, units[0].to_list() if len(units) else None))
+    data = b.filter(~pl.col("_blank") & ~pl.col("_comment"))
+    samples, rejects = [], []
+    for seg, (names, units) in enumerate(heads):
+        rows = data.filter(pl.col("_seg") == seg).select("line_no", "line", "_tok")
+        if rows.height == 0:
+            continue
+        if names is None:
+            rejects.append(rows.select("line_no", "line", reason=pl.lit("data line before any dmon header")))
+            continue
+        ok, bad = _dmon_segment(rows, names, units, host, tz, clock)
+        samples.append(ok)
+        rejects.append(bad)
+    rej = (
+        pl.concat(rejects)
+        if rejects
+        else pl.DataFrame(schema={"line_no": pl.Int64, "line": pl.String, "reason": pl.String})
+    )
+    skipped = int((b["_blank"] | b["_comment"]).sum())
+    out = pl.concat(samples, how="vertical_relaxed") if samples else None
+    chunk = Chunk(
+        tables={"gpu_samples": out} if out is not None and out.height else {},
+        rejects=rejects_frame(rej["line_no"], rej["reason"], rej["line"]) if rej.height else None,
+        lines=batch.height,
+        rows_rejected=rej.height,
+        rows_skipped=skipped,
+        rows_ok=batch.height - rej.height - skipped,
+    )
+    return chunk, heads[-1]
+
+
+def _dmon_segment(
+    rows: pl.DataFrame,
+    names: list[str],
+    units: list[str] | None,
+    host: str,
+    tz: str | None,
+    clock: SeriesClock,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    units = units if units is not None and len(units) == len(names) else [""] * len(names)
+
+    def tok(i: int) -> pl.Expr:
+        return pl.col("_tok").list.get(i, null_on_oob=True)
+
+    reasons = [
+        pl.when(pl.col("_tok").list.len() != len(names)).then(
+            pl.format("expected {} fields, got {}", pl.lit(len(names)), pl.col("_tok").list.len())
+        )
+    ]
+    cols: dict[str, pl.Expr] = {}
+    if "Date" in names and "Time" in names:
+        text = pl.concat_str([tok(names.index("Date")), tok(names.index("Time"))], separator=" ")
+        cols["ts"] = parse_ts_text(text, tz)
+        reasons.append(
+            pl.when(parse_ts_text(text, tz).is_null()).then(pl.format("unparseable date/time '{}'", text))
+        )
+    else:
+        cols["ts"] = pl.lit(None, dtype=pl.Datetime("us", "UTC"))
+    cols["gpu"] = tok(names.index("gpu")) if "gpu" in names else pl.lit("0")
+    metric_names: dict[str, str] = {}
+    for i, (name, unit) in enumerate(zip(names, units, strict=True)):
+        if name in ("Date", "Time", "gpu"):
+            continue
+        c = tok(i)
+        na = c.is_in(list(NA_MARKERS)) | c.is_null()
+        num = c.cast(pl.Float64, strict=False)
+        m = DMON_COLUMNS.get(name)
+        key = f"_v{i}"
+        if m is not None:
+            src_unit = m.dmon_unit or unit
+            factor = factor_expr(pl.lit(src_unit), m.unit)
+            cols[key] = pl.when(~na).then(num * factor)
+            reasons.append(
+                pl.when(~na & num.is_null())
+                .then(pl.format("non-numeric value '{}' in {}", c, pl.lit(name)))
+                .when(~na & factor.is_null())
+                .then(pl.lit(f"unknown unit '{src_unit}' for {name}"))
+            )
+            metric_names[key] = m.canonical
+        else:
+            cols[key] = pl.when(~na).then(num)  # unknown column: verbatim name, value as printed
+            metric_names[key] = name
+    d = rows.with_columns(_reason=pl.coalesce(reasons), **cols)
+    bad = d.filter(pl.col("_reason").is_not_null())
+    good = d.filter(pl.col("_reason").is_null())
+    good = good.with_columns(_reason=clock.check(_timed_rows(good, list(metric_names))))
+    bad = pl.concat([bad, good.filter(pl.col("_reason").is_not_null())])
+    good = good.filter(pl.col("_reason").is_null())
+    long = (
+        good.select("gpu", "ts", *metric_names)
+        .rename(metric_names)
+        .unpivot(index=["gpu", "ts"], variable_name="metric", value_name="value")
+        .filter(pl.col("value").is_not_null())
+        .with_columns(host=pl.lit(host), source=pl.lit(SOURCE_DMON))
+    )
+    return long, bad.select("line_no", "line", pl.col("_reason").alias("reason"))

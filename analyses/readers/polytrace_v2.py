@@ -1,0 +1,351 @@
+"""PolyTrace v2 workload logs: one JSON-lines file per step (plus one DAPO filter file per run).
+
+* ``packed_lengths_step_N.jsonl`` — one record per prompt: ``input`` (prompt tokens), ``output``
+  (list of n response token counts), rank, dp_rank, tp_rank, local_index, n_sampling, validate.
+  One ``samples`` row per output; the prompt's length is repeated on each.
+* ``reward_timings_step_N.jsonl`` — one record per rank: reward_time_s, batch_size and the
+  rank's response-token sum/mean/max. One ``rank_times`` row (phase ``reward``).
+* ``multiturn_workload_step_N.jsonl`` — one record per trajectory with ``turns[]`` and
+  ``tool_calls[]``. Rows in ``samples``, ``turns`` and ``tool_calls``.
+* ``dapo_filter_indices.jsonl`` — one record per generation batch of a filtering run.
+  One ``filter_batches`` row. In such a run the ``N`` of ``packed_lengths_step_N`` (and so
+  ``samples.step``) is the generation batch, ``filter_batches.workload_step``, not the trainer
+  step: join on it to get ``trainer_step``.
+
+Every record is checked (types, non-negative lengths, its ``step`` against the ``N`` of the file
+name, response lengths against the run's limit, duplicates); a bad record is rejected with its
+reason and the rest of the file still lands. Decoding is columnar (see ``typed_jsonl``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import polars as pl
+
+from analyses.readers.base import Chunk, FileContext
+from analyses.readers.typed_jsonl import Decoded, Field, decode_jsonl, first_json_objects, step_from_name
+
+RECORDED = "recorded"
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _sniff(head: str, path: Path, name_pattern: str, looks_like: Callable[[dict], bool]) -> bool:
+    """Content first; a JSON-lines file named like the format is ours even when its first lines
+    are bad, so they are rejected with reasons rather than the file being left unrecognized."""
+    if any(looks_like(o) for o in first_json_objects(head)):
+        return True
+    return re.match(name_pattern, path.name) is not None and head.lstrip().startswith("{")
+
+
+def _step_check(file_step: int | None, col: str = "step") -> pl.Expr | None:
+    if file_step is None:
+        return None
+    return (
+        pl.when(pl.col(col) != file_step)
+        .then(pl.format("step {} contradicts the file name (step {})", pl.col(col), pl.lit(file_step)))
+    )
+
+
+def _first_reason(*exprs: pl.Expr | None) -> pl.Expr:
+    """The first non-null reason among ``exprs`` (null = the row is fine)."""
+    live = [e for e in exprs if e is not None]
+    return pl.coalesce(live) if live else pl.lit(None, dtype=pl.String)
+
+
+def _duplicate(keys: list[str], what: str) -> pl.Expr:
+    return pl.when(~pl.struct(keys).is_first_distinct()).then(pl.lit(f"duplicate record for {what}"))
+
+
+def _val_prefix() -> pl.Expr:
+    # validation and training records of one step reuse indices; keep their sample ids apart
+    return pl.when(pl.col("validate").fill_null(False)).then(pl.lit("val-")).otherwise(pl.lit(""))
+
+
+def _truncated(length: pl.Expr, limit: pl.Expr) -> pl.Expr:
+    """Reached the limit exactly or beyond; unknown (null) when the run's limit is unknown."""
+    return pl.when(limit.is_null()).then(None).otherwise(length >= limit)
+
+
+# --------------------------------------------------------------------------- packed lengths
+
+
+def _who() -> pl.Expr:
+    """The data-parallel rank that generated a prompt (the global rank when dp_rank is absent)."""
+    return pl.coalesce(pl.col("dp_rank"), pl.col("rank")).cast(pl.String).fill_null("na").alias("_who")
+
+
+PACKED_NAME = r"^packed_lengths_step_(\d+)\.jsonl$"
+PACKED_FIELDS = (
+    Field("step", "int", nonneg=True),
+    Field("rank", "int", required=False, nonneg=True),
+    Field("dp_rank", "int", required=False, nonneg=True),
+    Field("tp_rank", "int", required=False, nonneg=True),
+    Field("local_index", "int", nonneg=True),
+    Field("input", "int", nonneg=True),
+    Field("output", "int_list", nonneg=True),
+    Field("n_sampling", "int", required=False, nonneg=True),
+    Field("validate", "bool", required=False),
+)
+
+
+class PackedLengthsReader:
+    name = "polytrace_packed_lengths"
+
+    def sniff(self, head: str, path: Path) -> bool:
+        def looks(o: dict) -> bool:
+            return _is_int(o.get("input")) and isinstance(o.get("output"), list) and "local_index" in o
+
+        return _sniff(head, path, PACKED_NAME, looks)
+
+    def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        file_step = step_from_name(ctx.path, PACKED_NAME)
+        limit = ctx.manifest.max_response_length
+        for dec in decode_jsonl(ctx.path, PACKED_FIELDS):
+            over = None
+            if limit is not None:
+                over = pl.when(pl.col("output").list.max() > limit).then(
+                    pl.format("response length {} exceeds max_response_length {}", pl.col("output").list.max(), pl.lit(limit))
+                )
+            dec = dec.reject_where(_first_reason(
+                _step_check(file_step),
+                pl.when(pl.col("output").list.len() == 0).then(pl.lit("empty output list")),
+                over,
+                # the sample id's identity: tensor-parallel peers logging the same prompt are duplicates
+                pl.when(~pl.struct(pl.col("validate"), _who(), pl.col("local_index")).is_first_distinct())
+                .then(pl.lit("duplicate record for this dp_rank and local_index")),
+            ))
+            yield dec.chunk({"samples": self._samples(dec, ctx, limit)})
+
+    @staticmethod
+    def _samples(dec: Decoded, ctx: FileContext, limit: int | None) -> pl.DataFrame:
+        group = pl.concat_str([_val_prefix(), _who(), pl.lit("-"), pl.col("local_index").cast(pl.String)])
+        return (
+            dec.ok.select(
+                "step", "rank", "dp_rank", "tp_rank", "local_index", "validate", "line_no",
+                group_id=group,
+                prompt_tokens=pl.col("input"),
+                response_tokens=pl.col("output"),
+                k=pl.int_ranges(pl.col("output").list.len()),
+            )
+            .explode("response_tokens", "k")
+            .with_columns(
+                sample_id=pl.concat_str([pl.col("group_id"), pl.lit("-"), pl.col("k").cast(pl.String)]),
+                truncated=_truncated(pl.col("response_tokens"), pl.lit(limit, dtype=pl.Int64)),
+                task=pl.lit(ctx.manifest.task, dtype=pl.String),
+                token_source=pl.lit(RECORDED),
+            )
+            .drop("k")
+        )
+
+
+# --------------------------------------------------------------------------- reward timings
+
+REWARD_NAME = r"^reward_timings_step_(\d+)\.jsonl$"
+REWARD_FIELDS = (
+    Field("step", "int", nonneg=True),
+    Field("rank", "int", nonneg=True),
+    Field("dp_rank", "int", required=False, nonneg=True),
+    Field("tp_rank", "int", required=False, nonneg=True),
+    Field("batch_size", "int", required=False, nonneg=True),
+    Field("reward_time_s", "num", nonneg=True),
+    Field("response_sum", "int", required=False, nonneg=True),
+    Field("response_mean", "num", required=False, nonneg=True),
+    Field("response_max", "int", required=False, nonneg=True),
+    Field("validate", "bool", required=False),
+)
+
+
+class RewardTimingsReader:
+    name = "polytrace_reward_timings"
+
+    def sniff(self, head: str, path: Path) -> bool:
+        return _sniff(head, path, REWARD_NAME, lambda o: "reward_time_s" in o and "rank" in o)
+
+    def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        file_step = step_from_name(ctx.path, REWARD_NAME)
+        limit = ctx.manifest.max_response_length
+        for dec in decode_jsonl(ctx.path, REWARD_FIELDS):
+            over = None
+            if limit is not None:
+                over = pl.when(pl.col("response_max") > limit).then(
+                    pl.format("response_max {} exceeds max_response_length {}", pl.col("response_max"), pl.lit(limit))
+                )
+            dec = dec.reject_where(_first_reason(
+                _step_check(file_step), over, _duplicate(["validate", "rank"], "this rank")
+            ))
+            rows = dec.ok.select(
+                "step", "rank", "dp_rank",
+                # validation reward passes are a separate phase, so (step, rank, phase) stays a key
+                phase=pl.when(pl.col("validate").fill_null(False)).then(pl.lit("reward_validation")).otherwise(pl.lit("reward")),
+                seconds=pl.col("reward_time_s"),
+                tokens=pl.col("response_sum"),
+                tokens_max=pl.col("response_max"),
+                n_samples=pl.col("batch_size"),
+                source=pl.lit(self.name),
+            )
+            yield dec.chunk({"rank_times": rows})
+
+
+# --------------------------------------------------------------------------- multi-turn workload
+
+MULTITURN_NAME = r"^multiturn_workload_step_(\d+)\.jsonl$"
+TURN_FIELDS = (
+    Field("turn", "int", nonneg=True),
+    Field("prompt_tokens", "int", required=False, nonneg=True),
+    Field("cached_tokens", "int", required=False, nonneg=True),
+    Field("completion_tokens", "int", nonneg=True),
+    Field("engine_latency_s", "num", required=False, nonneg=True),
+    Field("finish_reason", "str", required=False),
+)
+TOOL_FIELDS = (
+    Field("turn", "int", nonneg=True),
+    Field("tool_name", "str", required=False),
+    Field("latency_s", "num", required=False, nonneg=True),
+    Field("status", "str", required=False),
+    Field("response_token_len", "int", required=False, nonneg=True),
+)
+MULTITURN_FIELDS = (
+    Field("step", "int", nonneg=True),
+    Field("prompt_len", "int", nonneg=True),
+    Field("max_response_len", "int", required=False, nonneg=True),
+    Field("final_response_len", "int", nonneg=True),
+    Field("final_response_loss_len", "int", required=False, nonneg=True),
+    Field("turn_count", "int", required=False, nonneg=True),
+    Field("tool_call_count", "int", required=False, nonneg=True),
+    Field("finish_reason", "str", required=False),
+    Field("validate", "bool", required=False),
+    Field("prompt_group_id", "int", required=False),
+    Field("sample_id", "int", required=False, name="sample_index"),
+    Field("turns", "obj_list", sub=TURN_FIELDS),
+    Field("tool_calls", "obj_list", required=False, sub=TOOL_FIELDS),
+)
+
+
+class MultiturnWorkloadReader:
+    name = "polytrace_multiturn"
+
+    def sniff(self, head: str, path: Path) -> bool:
+        return _sniff(head, path, MULTITURN_NAME,
+                      lambda o: isinstance(o.get("turns"), list) and ("turn_count" in o or "final_response_len" in o))
+
+    def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        file_step = step_from_name(ctx.path, MULTITURN_NAME)
+        run_limit = ctx.manifest.max_response_length
+        for dec in decode_jsonl(ctx.path, MULTITURN_FIELDS):
+            # the record's own limit is the engine's; the run.toml one applies when it has none
+            limit = pl.coalesce(pl.col("max_response_len"), pl.lit(run_limit, dtype=pl.Int64))
+            dec = dec.reject_where(_first_reason(
+                _step_check(file_step),
+                pl.when(pl.col("final_response_len") > limit).then(
+                    pl.format("final_response_len {} exceeds max response length {}", pl.col("final_response_len"), limit)
+                ),
+                _duplicate(["validate", "prompt_group_id", "sample_index"], "this prompt_group_id and sample_id"),
+            ))
+            base = dec.ok.with_columns(
+                sample_id=pl.concat_str([
+                    _val_prefix(),
+                    pl.col("prompt_group_id").cast(pl.String).fill_null("na"), pl.lit("-"),
+                    # a record without ids is still addressable by its line
+                    pl.coalesce(pl.col("sample_index").cast(pl.String), pl.format("L{}", pl.col("line_no"))),
+                ]),
+                _limit=limit,
+            )
+            yield dec.chunk({
+                "samples": self._samples(base, ctx),
+                "turns": self._turns(base),
+                "tool_calls": self._tool_calls(base),
+            })
+
+    @staticmethod
+    def _samples(base: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
+        return base.select(
+            "step", "sample_id", "validate", "line_no", "finish_reason",
+            group_id=pl.col("prompt_group_id").cast(pl.String),
+            task=pl.lit(ctx.manifest.task, dtype=pl.String),
+            prompt_tokens=pl.col("prompt_len"),
+            response_tokens=pl.col("final_response_len"),
+            generated_tokens=pl.col("final_response_loss_len"),
+            n_turns=pl.coalesce(pl.col("turn_count"), pl.col("turns").list.len().cast(pl.Int64)),
+            n_tool_calls=pl.coalesce(pl.col("tool_call_count"), pl.col("tool_calls").list.len().cast(pl.Int64), pl.lit(0)),
+            truncated=_truncated(pl.col("final_response_len"), pl.col("_limit")),
+            token_source=pl.lit(RECORDED),
+        )
+
+    @staticmethod
+    def _turns(base: pl.DataFrame) -> pl.DataFrame:
+        return (
+            base.select("step", "sample_id", "turns")
+            .explode("turns", empty_as_null=False)
+            .unnest("turns")
+            .select("step", "sample_id", "turn", "prompt_tokens", "cached_tokens", "completion_tokens",
+                    "engine_latency_s", "finish_reason")
+        )
+
+    @staticmethod
+    def _tool_calls(base: pl.DataFrame) -> pl.DataFrame:
+        calls = (
+            base.select("step", "sample_id", "tool_calls")
+            .explode("tool_calls", empty_as_null=False)
+            .unnest("tool_calls")
+        )
+        return calls.select(
+            "step", "sample_id", "turn",
+            # several calls can share a turn; their order in the record is the call order
+            call_index=pl.int_range(pl.len()).over("sample_id", "turn").cast(pl.Int64),
+            tool_name="tool_name", latency_s="latency_s", status="status",
+            response_tokens=pl.col("response_token_len"),
+        )
+
+
+# --------------------------------------------------------------------------- DAPO filter batches
+
+DAPO_NAME = r"^dapo_filter_indices.*\.jsonl$"
+DAPO_FIELDS = (
+    Field("workload_step", "int", required=False, nonneg=True),
+    Field("trainer_step", "int", nonneg=True),
+    Field("gen_batch_index", "int", nonneg=True),
+    Field("prompt_count", "int", nonneg=True),
+    Field("n_sampling", "int", required=False, nonneg=True),
+    Field("train_batch_size", "int", required=False, nonneg=True),
+    Field("kept_prompt_count", "int", nonneg=True),
+    Field("used_prompt_count", "int", nonneg=True),
+    Field("kept_prompt_indices", "int_list", required=False, nonneg=True),
+    Field("used_prompt_indices", "int_list", required=False, nonneg=True),
+)
+
+
+class DapoFilterReader:
+    name = "polytrace_dapo_filter"
+
+    def sniff(self, head: str, path: Path) -> bool:
+        return _sniff(head, path, DAPO_NAME,
+                      lambda o: "kept_prompt_count" in o or ("trainer_step" in o and "gen_batch_index" in o))
+
+    def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        for dec in decode_jsonl(ctx.path, DAPO_FIELDS):
+            kept, used, gen = pl.col("kept_prompt_count"), pl.col("used_prompt_count"), pl.col("prompt_count")
+            dec = dec.reject_where(_first_reason(
+                pl.when(kept > gen).then(pl.format("kept_prompt_count {} exceeds prompt_count {}", kept, gen)),
+                pl.when(used > kept).then(pl.format("used_prompt_count {} exceeds kept_prompt_count {}", used, kept)),
+                pl.when(pl.col("kept_prompt_indices").list.len() != kept).then(
+                    pl.format("kept_prompt_indices has {} entries, kept_prompt_count says {}",
+                              pl.col("kept_prompt_indices").list.len(), kept)),
+                pl.when(pl.col("used_prompt_indices").list.len() != used).then(
+                    pl.format("used_prompt_indices has {} entries, used_prompt_count says {}",
+                              pl.col("used_prompt_indices").list.len(), used)),
+                _duplicate(["trainer_step", "gen_batch_index"], "this trainer_step and gen_batch_index"),
+            ))
+            n = pl.col("n_sampling")
+            rows = dec.ok.select(
+                "trainer_step", "workload_step", "train_batch_size", "line_no",
+                gen_batch=pl.col("gen_batch_index"),
+                prompts_generated=gen, prompts_kept=kept, prompts_used=used,
+                samples_generated=gen * n, samples_kept=kept * n,
+            )
+            yield dec.chunk({"filter_batches": rows})

@@ -1,0 +1,342 @@
+"""The characterization report: one self-contained HTML file (plotly.js embedded, opens offline)
+with a section per view group, a cross-run comparison when several runs are selected, and
+static PNGs of the key figures (kaleido + a system Chrome/Chromium) when a browser is available.
+
+Data come from the views (:mod:`analyses.views`), pictures from :mod:`analyses.figures`; this
+module only arranges them.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import plotly.graph_objects as go
+import plotly.io as pio
+import polars as pl
+
+from analyses import figures as F
+from analyses.views import VIEW_GROUPS, open_catalog, view_doc, view_frame
+from analyses.views.headlines import headline_frame
+
+DEFAULT_NAME = "polytrace_report.html"
+
+
+@dataclass
+class FigureSpec:
+    key: str  # stable, file-name safe: group__figure[__run]
+    fig: go.Figure
+    key_figure: bool = False  # exported as PNG by default
+
+
+@dataclass
+class Section:
+    group: str
+    title: str
+    question: str
+    needs: str
+    headline: pl.DataFrame
+    figures: list[FigureSpec] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.headline.height == 0
+
+
+@dataclass
+class ReportResult:
+    path: Path
+    sections: list[Section]
+    pngs: dict[str, Path] = field(default_factory=dict)  # figure key -> PNG
+    png_note: str | None = None  # why PNGs are missing, when they are
+
+    @property
+    def n_figures(self) -> int:
+        return sum(len(s.figures) for s in self.sections)
+
+
+TITLES: dict[str, tuple[str, str, str]] = {
+    # group -> (title, the question it answers, what it needs)
+    "lengths": ("Length distributions", "How long are prompts and responses, how heavy is the tail, and does it drift?",
+                "samples (prompt_tokens / response_tokens)"),
+    "step_variance": ("Per-step throughput and variance", "How much does a step's throughput and time vary, and which steps are outliers?",
+                      "steps (throughput, step / generation time from the trainer log)"),
+    "stage_breakdown": ("Stage-time breakdown", "Where does a step's time go: rollout, inference or training?",
+                        "steps (timing_s/* keys of the trainer log)"),
+    "rank_imbalance": ("Load imbalance", "How unevenly is work spread across DP ranks and across a rollout batch?",
+                       "samples with dp_rank, rank_times, or global_seqlen/* metrics"),
+    "gpu_utilization": ("GPU utilization", "How busy were the GPUs, per step where telemetry aligns?",
+                        "gpu_samples (gpu_util_pct), step_windows for per-step alignment"),
+    "tool_latency": ("Tool-call latency", "How slow are tool calls, and how heavy is their tail?", "tool_calls"),
+    "multiturn": ("Multi-turn structure", "How many turns and tool calls per trajectory, and how much prefix is cached?",
+                  "turns / samples.n_turns"),
+    "filter_waste": ("Filtering waste", "How many generation batches per step, and how much generation is discarded?",
+                     "filter_batches (DAPO filter logs)"),
+}
+
+
+def _safe(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", s)
+
+
+def _nonempty(specs: list[FigureSpec]) -> list[FigureSpec]:
+    return [s for s in specs if len(s.fig.data) > 0]
+
+
+def _per_run(frame: pl.DataFrame, runs: list[str], group: str, name: str,
+             build: Callable[[pl.DataFrame, str], go.Figure], key_figure: bool = False) -> list[FigureSpec]:
+    present = set(frame["run_id"].to_list()) if frame.height else set()
+    return [FigureSpec(f"{group}__{name}__{_safe(r)}", build(frame, r), key_figure) for r in runs if r in present]
+
+
+def _figures(con: duckdb.DuckDBPyConnection, group: str, runs: list[str]) -> list[FigureSpec]:
+    v = lambda name: view_frame(con, name, runs)  # noqa: E731
+    g = group
+    if g == "lengths":
+        cdf, q = v("length_cdf"), v("length_quantiles")
+        out = [FigureSpec(f"{g}__cdf_response", F.length_cdf_figure(cdf, q, "response"), True),
+               FigureSpec(f"{g}__cdf_prompt", F.length_cdf_figure(cdf, q, "prompt"))]
+        return out + _per_run(v("length_drift"), runs, g, "drift", F.length_drift_figure, True)
+    if g == "step_variance":
+        s = v("step_series")
+        return [FigureSpec(f"{g}__{m}", F.step_series_figure(s, m), m == "throughput_tokens_per_s")
+                for m in ("throughput_tokens_per_s", "step_time_s", "gen_time_s")]
+    if g == "stage_breakdown":
+        return _per_run(v("stage_breakdown"), runs, g, "shares", F.stage_share_figure, True)
+    if g == "rank_imbalance":
+        return _per_run(v("rank_imbalance"), runs, g, "per_step", F.imbalance_figure, True)
+    if g == "gpu_utilization":
+        return (_per_run(v("gpu_timeline"), runs, g, "timeline", F.gpu_timeline_figure, True)
+                + _per_run(v("gpu_utilization").filter(pl.col("scope") == "step"), runs, g, "per_step", F.gpu_step_figure))
+    if g == "tool_latency":
+        return [FigureSpec(f"{g}__ccdf", F.tool_latency_figure(v("tool_latency_cdf"), v("tool_latency")), True),
+                FigureSpec(f"{g}__by_turn", F.tool_latency_by_turn_figure(v("tool_latency_by_turn")))]
+    if g == "multiturn":
+        return [FigureSpec(f"{g}__pmf", F.multiturn_pmf_figure(v("multiturn_pmf")), True),
+                FigureSpec(f"{g}__by_turn", F.multiturn_by_turn_figure(v("multiturn_by_turn")))]
+    if g == "filter_waste":
+        return _per_run(v("filter_waste"), runs, g, "per_step", F.filter_waste_figure, True)
+    raise KeyError(group)
+
+
+def group_section(con: duckdb.DuckDBPyConnection, group: str, runs: list[str]) -> Section:
+    """The headline table and figures of one view group for ``runs``."""
+    title, question, needs = TITLES[group]
+    head = headline_frame(con, group, runs)
+    figs = _nonempty(_figures(con, group, runs)) if head.height else []
+    return Section(group, title, question, needs, head, figs)
+
+
+def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str]) -> Section:
+    """Cross-run comparison: length quantiles, step-time variation, imbalance side by side."""
+    q = view_frame(con, "length_quantiles", runs)
+    head = q.filter(pl.col("kind") == "response").select(
+        "run_id", "task", "n", pl.col("mean").round(1), "p50", "p90", "p99", "p999", "max",
+        pl.col("max_over_mean").round(2), pl.col("p99_over_p50").round(2))
+    cdf = view_frame(con, "length_cdf", runs)
+    figs = [
+        FigureSpec("compare__cdf_response", F.length_cdf_figure(cdf, q, "response"), True),
+        FigureSpec("compare__quantiles", F.compare_quantiles_figure(q), True),
+        FigureSpec("compare__variance", F.compare_variance_figure(view_frame(con, "step_variance", runs))),
+        FigureSpec("compare__imbalance", F.compare_imbalance_figure(view_frame(con, "rank_imbalance", runs))),
+    ]
+    return Section("compare", "Cross-run comparison", f"How do the {len(runs)} selected runs differ?",
+                   "several runs", head, _nonempty(figs))
+
+
+def selected_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None) -> list[str]:
+    have = [r[0] for r in con.sql("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
+    if runs is None:
+        return have
+    wanted = list(dict.fromkeys(runs))
+    missing = [r for r in wanted if r not in have]
+    if missing:
+        raise KeyError(f"run(s) not in the warehouse: {', '.join(missing)} (have: {', '.join(have) or 'none'})")
+    return wanted
+
+
+def build_sections(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[Section]:
+    out = [group_section(con, g, runs) for g in VIEW_GROUPS]
+    if len(runs) > 1:
+        out.append(comparison_section(con, runs))
+    return out
+
+
+# ---------------------------------------------------------------- PNG export (kaleido)
+
+
+def find_browser() -> str | None:
+    """The Chrome/Chromium kaleido will use: $BROWSER_PATH, else the first on PATH."""
+    import os
+
+    env = os.environ.get("BROWSER_PATH")
+    if env:
+        return env if Path(env).exists() else None
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+_server_started = False
+
+
+def _keep_browser(kaleido) -> None:  # noqa: ANN001 - the kaleido module
+    """Start kaleido's process-wide browser once, so later calls skip Chromium's start-up."""
+    global _server_started
+    if not _server_started:
+        import atexit
+
+        kaleido.start_sync_server(silence_warnings=True)
+        atexit.register(kaleido.stop_sync_server, silence_warnings=True)
+        _server_started = True
+
+
+def write_pngs(
+    specs: list[FigureSpec], out_dir: Path, width: int = 1100, keep_browser: bool = False
+) -> tuple[dict[str, Path], str | None]:
+    """Render figures to PNG with kaleido (one browser for all); returns (key -> path, note).
+
+    ``keep_browser`` keeps that browser for the rest of the process (callers that export
+    several batches, like the Dagster assets run in one process).
+    """
+    if not specs:
+        return {}, None
+    try:
+        import kaleido
+    except ImportError:
+        return {}, "PNG export skipped: the kaleido package is not installed (pip install kaleido)"
+    browser = find_browser()
+    if browser is None:
+        return {}, ("PNG export skipped: no Chrome/Chromium found (apt-get install chromium, or set BROWSER_PATH); "
+                    "the HTML report is complete without it")
+    import os
+
+    os.environ.setdefault("BROWSER_PATH", browser)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {s.key: out_dir / f"{s.key}.png" for s in specs}
+    jobs = [{"fig": s.fig, "path": paths[s.key], "opts": {"width": width, "height": s.fig.layout.height or 420}}
+            for s in specs]
+    try:
+        if keep_browser:
+            _keep_browser(kaleido)
+        kaleido.write_fig_from_object_sync(jobs)
+    except Exception as exc:  # kaleido/browser failures must not cost the HTML report
+        return {}, f"PNG export failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    done = {k: p for k, p in paths.items() if p.exists() and p.stat().st_size > 0}
+    note = None if len(done) == len(paths) else f"PNG export wrote {len(done)} of {len(paths)} figures"
+    return done, note
+
+
+# ---------------------------------------------------------------- HTML
+
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fafafa}
+header{background:#1f2d3d;color:#fff;padding:14px 24px}header h1{margin:0;font-size:20px}
+header p{margin:4px 0 0;font-size:13px;color:#cfd8e3}
+nav{position:sticky;top:0;background:#fff;border-bottom:1px solid #ddd;padding:8px 24px;z-index:10;font-size:13px}
+nav a{margin-right:14px;color:#1f77b4;text-decoration:none}nav a.empty{color:#aaa}
+section{background:#fff;margin:18px 24px;padding:12px 20px;border:1px solid #e3e3e3;border-radius:6px}
+section h2{margin:4px 0;font-size:18px}.q{color:#555;margin:2px 0 10px;font-style:italic}
+table{border-collapse:collapse;font-size:12px;margin:8px 0;display:block;overflow-x:auto}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}th{background:#f0f3f6}
+td:first-child,th:first-child{text-align:left}.empty-note{color:#888}
+details{font-size:12px;color:#444;margin:6px 0}details code{white-space:pre-wrap}
+.figure{margin:10px 0;min-height:200px}footer{font-size:12px;color:#666;margin:18px 24px}
+"""
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list):
+        return ", ".join(str(x) for x in v[:12]) + (" …" if len(v) > 12 else "")
+    return str(v)
+
+
+def frame_html(df: pl.DataFrame, max_rows: int = 60) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>" for row in df.head(max_rows).iter_rows()
+    )
+    more = f"<p class='empty-note'>{df.height - max_rows} more rows</p>" if df.height > max_rows else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
+
+
+def _section_html(s: Section) -> str:
+    parts = [f"<section id='{s.group}' data-group='{s.group}'><h2>{html.escape(s.title)}</h2>",
+             f"<p class='q'>{html.escape(s.question)}</p>"]
+    if s.empty:
+        parts.append(f"<p class='empty-note'>No data in the selected runs: this view needs {html.escape(s.needs)}.</p>")
+    else:
+        parts.append(frame_html(s.headline))
+        for spec in s.figures:
+            div = pio.to_html(spec.fig, full_html=False, include_plotlyjs=False, div_id=f"fig-{spec.key}",
+                              config={"displaylogo": False, "responsive": True})
+            parts.append(f"<div class='figure' data-figure='{spec.key}'>{div}</div>")
+    views = VIEW_GROUPS.get(s.group, ())
+    if views:
+        docs = "".join(f"<li><code>{v}</code>: {html.escape(view_doc(v))}</li>" for v in views)
+        parts.append(f"<details><summary>Views and definitions</summary><ul>{docs}</ul></details>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def render_html(sections: list[Section], runs: list[str], warehouse: str, png_note: str | None) -> str:
+    from plotly.offline import get_plotlyjs
+
+    nav = "".join(f"<a href='#{s.group}' class='{'empty' if s.empty else ''}'>{html.escape(s.title)}</a>" for s in sections)
+    n_fig = sum(len(s.figures) for s in sections)
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    foot = html.escape(png_note) if png_note else "Static PNGs of the key figures were written next to this file."
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>PolyTrace characterization</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>{_CSS}</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head><body data-figures="{n_fig}">
+<header><h1>PolyTrace workload characterization</h1>
+<p>{len(runs)} run(s): {html.escape(", ".join(runs))} · warehouse {html.escape(warehouse)} · generated {generated}</p></header>
+<nav>{nav}</nav>
+{"".join(_section_html(s) for s in sections)}
+<footer>{foot}</footer>
+</body></html>
+"""
+
+
+def build_report(
+    root: Path,
+    out: Path | None = None,
+    runs: Iterable[str] | None = None,
+    png: bool = True,
+    png_dir: Path | None = None,
+    all_pngs: bool = False,
+) -> ReportResult:
+    """Write the HTML report for ``runs`` (default: all) of the warehouse at ``root``.
+
+    PNGs of the key figures (every figure with ``all_pngs``) go to ``png_dir`` (default: a
+    ``<out stem>_png`` directory beside the HTML) when ``png`` and a browser is available.
+    """
+    con = open_catalog(root)
+    chosen = selected_runs(con, runs)
+    sections = build_sections(con, chosen)
+    out = out if out is not None else root / DEFAULT_NAME
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pngs: dict[str, Path] = {}
+    note: str | None = "PNG export not requested"
+    if png:
+        specs = [f for s in sections for f in s.figures if all_pngs or f.key_figure]
+        pngs, note = write_pngs(specs, png_dir if png_dir is not None else out.with_name(out.stem + "_png"))
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(render_html(sections, chosen, str(root.resolve()), note), encoding="utf-8")
+    tmp.replace(out)
+    return ReportResult(out, sections, pngs, note)

@@ -1,0 +1,27 @@
+"""Shared SQL fragments and conventions of the characterization views.
+
+Quantiles: every ``pNN`` column is DuckDB ``quantile_disc``, the inverse empirical CDF
+(Hyndman–Fan type 1): the smallest observed value x with F̂(x) >= q, i.e. the
+ceil(n·q)-th smallest observation. It is always an observed value (a token count stays an
+integer), exact, never binned or interpolated. Fences for outliers use ``quantile_cont``
+(linear interpolation, type 7), said where used.
+"""
+
+from __future__ import annotations
+
+QUANTILE_DEFINITION = (
+    "DuckDB quantile_disc: the ceil(n*q)-th smallest observation (inverse empirical CDF, "
+    "Hyndman-Fan type 1); exact, an observed value, never interpolated"
+)
+
+TAIL_QS = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))
+
+
+def disc_quantiles(col: str, qs: tuple[tuple[str, float], ...] = TAIL_QS) -> str:
+    """``quantile_disc(col, q) AS name`` for each (name, q)."""
+    return ", ".join(f"quantile_disc({col}, {q}) AS {name}" for name, q in qs)
+
+
+def ratio(num: str, den: str) -> str:
+    """num/den as DOUBLE, NULL when den is 0 or NULL (never inf)."""
+    return f"CAST({num} AS DOUBLE) / NULLIF(CAST({den} AS DOUBLE), 0)"

@@ -1,0 +1,64 @@
+"""GPU utilization from telemetry, per GPU and per training step where windows allow.
+
+Utilization is the ``gpu_util_pct`` metric (nvidia-smi utilization.gpu, DCGM GPU_UTIL, wandb
+gpu.N.gpu): the share of the sample period in which a kernel ran. A sample is idle when it is
+below IDLE_UTIL_PCT: sampling jitter keeps an idle GPU at 0-2 %, never above.
+"""
+
+from __future__ import annotations
+
+from analyses.catalog import register_view
+
+UTIL_METRIC = "gpu_util_pct"
+IDLE_UTIL_PCT = 5.0
+TIMELINE_POINTS = 300
+
+register_view(
+    "gpu_utilization",
+    f"""
+WITH u AS (
+    SELECT run_id, coalesce(host, '') AS host, gpu, ts, value FROM gpu_samples
+    WHERE metric = '{UTIL_METRIC}' AND value IS NOT NULL
+), tagged AS (
+    SELECT run_id, 'run' AS scope, CAST(NULL AS BIGINT) AS step, host, gpu, value FROM u
+    UNION ALL
+    SELECT u.run_id, 'step', w.step, u.host, u.gpu, u.value
+    FROM u JOIN step_windows w ON u.run_id = w.run_id AND u.ts >= w.start_ts AND u.ts < w.end_ts
+), per_gpu AS (
+    SELECT run_id, scope, step, host, gpu, count(*) AS n_samples, avg(value) AS mean_util_pct,
+           avg(CAST(value < {IDLE_UTIL_PCT} AS DOUBLE)) AS idle_share
+    FROM tagged GROUP BY ALL
+)
+SELECT *,
+       count(*) OVER g AS n_gpus,
+       avg(mean_util_pct) OVER g AS all_gpus_mean_util_pct,
+       max(mean_util_pct) OVER g - min(mean_util_pct) OVER g AS gpu_spread_pct
+FROM per_gpu
+WINDOW g AS (PARTITION BY run_id, scope, step)
+""",
+    f"Per run x GPU (scope 'run', step NULL) and per run x step x GPU (scope 'step', samples inside the step's "
+    f"step_windows [start_ts, end_ts)): n_samples, mean_util_pct, idle_share (share of samples < {IDLE_UTIL_PCT}% "
+    "utilization), and over the GPUs of the same run/step: n_gpus, all_gpus_mean_util_pct, gpu_spread_pct "
+    "(max - min of the per-GPU means).",
+)
+
+register_view(
+    "gpu_timeline",
+    f"""
+WITH u AS (
+    SELECT run_id, coalesce(host, '') AS host, gpu, ts, value FROM gpu_samples
+    WHERE metric = '{UTIL_METRIC}' AND value IS NOT NULL
+), span AS (
+    SELECT run_id, min(ts) AS t0,
+           greatest(1.0, (epoch(max(ts)) - epoch(min(ts))) / {TIMELINE_POINTS}) AS bucket_s
+    FROM u GROUP BY run_id
+)
+SELECT u.run_id, u.host, u.gpu,
+       s.t0 + to_microseconds(CAST(floor((epoch(u.ts) - epoch(s.t0)) / s.bucket_s) * s.bucket_s * 1e6 AS BIGINT)) AS ts,
+       avg(u.value) AS util_pct, count(*) AS n_samples
+FROM u JOIN span s USING (run_id)
+GROUP BY ALL
+""",
+    f"GPU utilization over time for plotting: per run x GPU, mean gpu_util_pct in buckets of max(1 s, "
+    f"run span / {TIMELINE_POINTS}); ts = bucket start.",
+)

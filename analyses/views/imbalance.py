@@ -1,0 +1,73 @@
+"""Load imbalance across DP ranks (tokens and time) and within a rollout batch.
+
+Every row compares the units of one (run, step, phase, quantity): max/mean, max/min, max-min,
+and idle_share = 1 - mean/max, the share of the units' capacity spent waiting for the busiest one
+(for a rollout batch: the share of decode slots idle while the longest response finishes).
+"""
+
+from __future__ import annotations
+
+from analyses.catalog import register_view
+from analyses.views._common import ratio
+
+register_view(
+    "rank_imbalance",
+    f"""
+WITH train_samples AS (
+    SELECT * FROM samples WHERE NOT coalesce(validate, false)
+), per_unit AS (
+    -- tokens per DP rank from the samples each rank generated
+    SELECT run_id, step, 'rollout' AS phase, 'response_tokens' AS quantity, 'samples' AS source,
+           'dp_rank' AS unit, dp_rank AS unit_id, CAST(sum(response_tokens) AS DOUBLE) AS v
+    FROM train_samples WHERE dp_rank IS NOT NULL AND response_tokens IS NOT NULL GROUP BY ALL
+    UNION ALL
+    SELECT run_id, step, 'rollout', 'sequence_tokens', 'samples', 'dp_rank', dp_rank,
+           CAST(sum(coalesce(prompt_tokens, 0) + response_tokens) AS DOUBLE)
+    FROM train_samples WHERE dp_rank IS NOT NULL AND response_tokens IS NOT NULL GROUP BY ALL
+    UNION ALL
+    -- time (and tokens, when recorded) per rank and phase
+    SELECT run_id, step, phase, 'seconds', 'rank_times', 'rank', rank, seconds
+    FROM rank_times WHERE seconds IS NOT NULL
+    UNION ALL
+    SELECT run_id, step, phase, 'tokens', 'rank_times', 'rank', rank, CAST(tokens AS DOUBLE)
+    FROM rank_times WHERE tokens IS NOT NULL
+    UNION ALL
+    -- within a rollout batch: every response of the step is one decode slot
+    SELECT run_id, step, 'rollout_batch', 'response_tokens', 'samples', 'sample', NULL,
+           CAST(response_tokens AS DOUBLE)
+    FROM train_samples WHERE response_tokens IS NOT NULL
+), agg AS (
+    SELECT run_id, step, phase, quantity, source, unit, count(*) AS n_units,
+           max(v) AS max, avg(v) AS mean, min(v) AS min
+    FROM per_unit GROUP BY run_id, step, phase, quantity, source, unit
+), seqlen AS (
+    -- verl's global_seqlen/* : tokens per DP rank of the training batch, before and after balancing
+    SELECT run_id, step,
+           max(value) FILTER (WHERE metric = 'global_seqlen/max') AS mx,
+           max(value) FILTER (WHERE metric = 'global_seqlen/min') AS mn,
+           max(value) FILTER (WHERE metric = 'global_seqlen/mean') AS me,
+           max(value) FILTER (WHERE metric = 'global_seqlen/balanced_max') AS bmx,
+           max(value) FILTER (WHERE metric = 'global_seqlen/balanced_min') AS bmn
+    FROM step_metrics WHERE NOT coalesce(is_validation, false) AND metric LIKE 'global_seqlen/%'
+    GROUP BY run_id, step
+), all_rows AS (
+    SELECT * FROM agg
+    UNION ALL
+    SELECT run_id, step, 'train_batch', 'sequence_tokens', 'step_metrics', 'dp_rank', NULL, mx, me, mn
+    FROM seqlen WHERE mx IS NOT NULL
+    UNION ALL
+    SELECT run_id, step, 'train_batch_balanced', 'sequence_tokens', 'step_metrics', 'dp_rank', NULL, bmx, me, bmn
+    FROM seqlen WHERE bmx IS NOT NULL
+)
+SELECT run_id, step, phase, quantity, source, unit, n_units, max, mean, min,
+       {ratio("max", "mean")} AS max_over_mean, {ratio("max", "min")} AS max_over_min,
+       max - min AS max_minus_min, 1 - {ratio("mean", "max")} AS idle_share
+FROM all_rows
+""",
+    "Per run x step x phase x quantity: n_units, max, mean, min, max_over_mean, max_over_min, max_minus_min, "
+    "idle_share = 1 - mean/max. Sources: samples summed per dp_rank (phase 'rollout', response_tokens and "
+    "sequence_tokens = prompt + response); rank_times per rank (its phases; seconds and tokens); verl's "
+    "global_seqlen/{max,min,mean} (phase 'train_batch') and balanced_{max,min} ('train_batch_balanced'); "
+    "and phase 'rollout_batch', unit 'sample': every response of the step (longest/mean response; idle_share "
+    "= idle share of decode slots).",
+)

@@ -1,0 +1,117 @@
+"""Length distributions: exact quantiles, the empirical CDF, and drift across steps.
+
+Only training samples count (``validate`` is not true). A prompt is counted once per
+(run, step, group): the n responses sampled from one prompt share it, so counting it n times
+would weight nothing differently but inflate ``n``. Task is the sample's own, else the run's.
+"""
+
+from __future__ import annotations
+
+from analyses.catalog import register_view
+from analyses.views._common import QUANTILE_DEFINITION, disc_quantiles, ratio
+
+# Relative change of the median response length that counts as a shift (see length_drift).
+SHIFT_MIN_RATIO = 1.25
+SHIFT_WINDOW = 3
+
+register_view(
+    "sample_lengths",
+    """
+WITH s AS (
+    SELECT s.run_id, coalesce(s.task, r.task, 'unknown') AS task, s.step, s.sample_id,
+           coalesce(s.group_id, s.sample_id) AS prompt_key, s.prompt_tokens, s.response_tokens,
+           coalesce(s.truncated, s.response_tokens >= r.max_response_length) AS response_truncated,
+           s.prompt_tokens >= r.max_prompt_length AS prompt_truncated
+    FROM samples s LEFT JOIN runs r USING (run_id)
+    WHERE NOT coalesce(s.validate, false)
+)
+SELECT run_id, task, step, 'response' AS kind, response_tokens AS tokens, response_truncated AS truncated
+FROM s WHERE response_tokens IS NOT NULL
+UNION ALL
+SELECT run_id, task, step, 'prompt' AS kind, any_value(prompt_tokens) AS tokens, bool_or(prompt_truncated) AS truncated
+FROM s WHERE prompt_tokens IS NOT NULL
+GROUP BY run_id, task, step, prompt_key
+""",
+    "One row per training response and per distinct prompt (run, step, group): run_id, task, step, "
+    "kind ('prompt'|'response'), tokens, truncated (the sample's flag, else tokens >= the run's max length; "
+    "NULL when neither is known).",
+)
+
+register_view(
+    "length_quantiles",
+    f"""
+SELECT *, {ratio("max", "mean")} AS max_over_mean, {ratio("p99", "p50")} AS p99_over_p50
+FROM (
+    SELECT run_id, task, kind, count(*) AS n, avg(tokens) AS mean, min(tokens) AS min,
+           {disc_quantiles("tokens")}, max(tokens) AS max,
+           avg(CAST(truncated AS DOUBLE)) AS truncation_share
+    FROM sample_lengths GROUP BY run_id, task, kind
+)
+""",
+    "Per run x task x kind (prompt|response): n, mean, min, p50, p90, p99, p999, max, max_over_mean, "
+    f"p99_over_p50, truncation_share (share of rows with truncated, NULL when unknown). Quantiles: {QUANTILE_DEFINITION}.",
+)
+
+register_view(
+    "length_cdf",
+    """
+WITH c AS (
+    SELECT run_id, task, kind, tokens AS value, count(*) AS n FROM sample_lengths GROUP BY ALL
+)
+SELECT c.run_id, c.task, c.kind, c.value, c.n,
+       sum(c.n) OVER w / sum(c.n) OVER (PARTITION BY c.run_id, c.task, c.kind) AS cdf,
+       1 - sum(c.n) OVER w / sum(c.n) OVER (PARTITION BY c.run_id, c.task, c.kind) AS ccdf,
+       1 - (sum(c.n) OVER w - c.n) / sum(c.n) OVER (PARTITION BY c.run_id, c.task, c.kind) AS share_ge,
+       c.value > q.p99 AS in_tail
+FROM c JOIN length_quantiles q USING (run_id, task, kind)
+WINDOW w AS (PARTITION BY c.run_id, c.task, c.kind ORDER BY c.value
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+""",
+    "The exact empirical CDF: one row per run x task x kind x distinct value, with n at that value, "
+    "cdf = share <= value, ccdf = 1 - cdf = share > value, share_ge = share >= value (the survival function "
+    "plotted on log-log axes: never 0, so the maximum shows), in_tail = value above the group's p99.",
+)
+
+# Change points: the mean log-median of the SHIFT_WINDOW steps from s on, against that of the
+# SHIFT_WINDOW steps before s. Both windows must be full (no shift in the first/last steps), the
+# jump must exceed ln(SHIFT_MIN_RATIO), and be the largest within +-2 steps so one level change
+# is flagged once, at its first step.
+register_view(
+    "length_drift",
+    f"""
+WITH per_step AS (
+    SELECT run_id, step, count(*) AS n, avg(tokens) AS mean,
+           quantile_disc(tokens, 0.1) AS p10, quantile_disc(tokens, 0.5) AS p50,
+           quantile_disc(tokens, 0.9) AS p90, quantile_disc(tokens, 0.99) AS p99, max(tokens) AS max
+    FROM sample_lengths WHERE kind = 'response' GROUP BY run_id, step
+), win AS (
+    SELECT *, ln(greatest(p50, 1)) AS log_p50,
+           avg(ln(greatest(p50, 1))) OVER (PARTITION BY run_id ORDER BY step
+               ROWS BETWEEN {SHIFT_WINDOW} PRECEDING AND 1 PRECEDING) AS before_mean,
+           count(*) OVER (PARTITION BY run_id ORDER BY step
+               ROWS BETWEEN {SHIFT_WINDOW} PRECEDING AND 1 PRECEDING) AS before_n,
+           avg(ln(greatest(p50, 1))) OVER (PARTITION BY run_id ORDER BY step
+               ROWS BETWEEN CURRENT ROW AND {SHIFT_WINDOW - 1} FOLLOWING) AS after_mean,
+           count(*) OVER (PARTITION BY run_id ORDER BY step
+               ROWS BETWEEN CURRENT ROW AND {SHIFT_WINDOW - 1} FOLLOWING) AS after_n
+    FROM per_step
+), jump AS (
+    SELECT *, CASE WHEN before_n = {SHIFT_WINDOW} AND after_n = {SHIFT_WINDOW}
+                   THEN after_mean - before_mean END AS log_jump
+    FROM win
+)
+SELECT run_id, step, n, mean, p10, p50, p90, p99, max,
+       regr_slope(log_p50, step) OVER (PARTITION BY run_id) AS run_log_p50_slope_per_step,
+       exp(log_jump) AS shift_ratio,
+       coalesce(abs(log_jump) > ln({SHIFT_MIN_RATIO})
+                AND abs(log_jump) = max(abs(log_jump)) OVER (PARTITION BY run_id ORDER BY step
+                                                             ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING),
+                false) AS is_shift
+FROM jump
+""",
+    "Per run x step: response-length n, mean, p10, p50, p90, p99, max; run_log_p50_slope_per_step = "
+    "least-squares slope of ln(p50) against step over the run (0.01 ~ +1%/step); shift_ratio = "
+    f"exp(mean ln p50 of steps [s, s+{SHIFT_WINDOW - 1}] - mean ln p50 of the {SHIFT_WINDOW} steps before s); "
+    f"is_shift when shift_ratio > {SHIFT_MIN_RATIO} or < 1/{SHIFT_MIN_RATIO} and it is the largest jump within "
+    "+-2 steps (both windows full).",
+)

@@ -1,0 +1,85 @@
+"""Multi-turn structure: turns and tool calls per trajectory, prefix-cache share, engine latency.
+
+A trajectory is a training sample with turn information: rows in ``turns``, or ``n_turns``
+recorded on the sample. Its turn count is the sample's ``n_turns`` when recorded, else its
+number of ``turns`` rows; its tool-call count is ``n_tool_calls``, else its ``tool_calls`` rows.
+"""
+
+from __future__ import annotations
+
+from analyses.catalog import register_view
+from analyses.views._common import ratio
+
+register_view(
+    "trajectories",
+    """
+WITH t AS (
+    SELECT run_id, step, sample_id, count(*) AS turn_rows, CAST(sum(prompt_tokens) AS BIGINT) AS prompt_tokens,
+           CAST(sum(cached_tokens) AS BIGINT) AS cached_tokens, CAST(sum(completion_tokens) AS BIGINT) AS completion_tokens,
+           sum(engine_latency_s) AS engine_latency_s
+    FROM turns GROUP BY ALL
+), c AS (
+    SELECT run_id, step, sample_id, count(*) AS call_rows FROM tool_calls GROUP BY ALL
+), s AS (
+    SELECT run_id, step, sample_id, n_turns, n_tool_calls FROM samples
+    WHERE NOT coalesce(validate, false) AND (n_turns IS NOT NULL OR n_tool_calls IS NOT NULL)
+), keys AS (
+    SELECT run_id, step, sample_id FROM t UNION SELECT run_id, step, sample_id FROM s
+)
+SELECT k.run_id, k.step, k.sample_id,
+       coalesce(s.n_turns, t.turn_rows) AS n_turns,
+       coalesce(s.n_tool_calls, c.call_rows, 0) AS n_tool_calls,
+       t.prompt_tokens, t.cached_tokens, t.completion_tokens, t.engine_latency_s
+FROM keys k LEFT JOIN t USING (run_id, step, sample_id) LEFT JOIN s USING (run_id, step, sample_id)
+LEFT JOIN c USING (run_id, step, sample_id)
+""",
+    "One row per trajectory: n_turns, n_tool_calls, and over its turns: prompt_tokens, cached_tokens, "
+    "completion_tokens, engine_latency_s (sums).",
+)
+
+register_view(
+    "multiturn",
+    f"""
+SELECT run_id, count(*) AS trajectories, avg(n_turns) AS turns_mean,
+       quantile_disc(n_turns, 0.5) AS turns_p50, quantile_disc(n_turns, 0.9) AS turns_p90, max(n_turns) AS turns_max,
+       avg(n_tool_calls) AS tool_calls_mean, quantile_disc(n_tool_calls, 0.9) AS tool_calls_p90,
+       max(n_tool_calls) AS tool_calls_max,
+       {ratio("sum(cached_tokens)", "sum(prompt_tokens)")} AS prefix_cache_share,
+       (SELECT quantile_disc(engine_latency_s, 0.5) FROM turns u WHERE u.run_id = tr.run_id) AS turn_latency_p50_s,
+       (SELECT quantile_disc(engine_latency_s, 0.99) FROM turns u WHERE u.run_id = tr.run_id) AS turn_latency_p99_s
+FROM trajectories tr GROUP BY run_id
+""",
+    "Per run: trajectories, turns per trajectory (mean, p50, p90, max), tool calls per trajectory (mean, p90, "
+    "max), prefix_cache_share = cached / prompt tokens over all turns, engine latency per turn (p50, p99, s).",
+)
+
+register_view(
+    "multiturn_pmf",
+    """
+WITH v AS (
+    SELECT run_id, 'turns' AS variable, n_turns AS value FROM trajectories WHERE n_turns IS NOT NULL
+    UNION ALL
+    SELECT run_id, 'tool_calls', n_tool_calls FROM trajectories WHERE n_tool_calls IS NOT NULL
+)
+SELECT run_id, variable, value, count(*) AS n,
+       count(*) / sum(count(*)) OVER (PARTITION BY run_id, variable) AS share
+FROM v GROUP BY run_id, variable, value
+""",
+    "pmf per run of turns per trajectory and tool calls per trajectory (variable 'turns'|'tool_calls'): "
+    "value, n, share.",
+)
+
+register_view(
+    "multiturn_by_turn",
+    f"""
+SELECT run_id, turn, count(*) AS n, avg(prompt_tokens) AS prompt_tokens_mean,
+       {ratio("sum(cached_tokens)", "sum(prompt_tokens)")} AS prefix_cache_share,
+       avg(completion_tokens) AS completion_tokens_mean, avg(engine_latency_s) AS engine_latency_mean_s,
+       quantile_disc(engine_latency_s, 0.5) AS engine_latency_p50_s,
+       quantile_disc(engine_latency_s, 0.9) AS engine_latency_p90_s,
+       quantile_disc(engine_latency_s, 0.99) AS engine_latency_p99_s
+FROM turns GROUP BY run_id, turn
+""",
+    "Per run x turn index: n, mean prompt tokens, prefix_cache_share, mean completion tokens, "
+    "engine latency mean/p50/p90/p99 (s).",
+)

@@ -1,0 +1,134 @@
+"""Ingest and warehouse stages.
+
+``ingest_run`` (group ``ingest``): one multi-asset per run partition whose outputs are the
+warehouse tables, so the UI shows each table with its rows, schema and a preview per run.
+``warehouse_catalog`` (group ``warehouse``): the DuckDB file of views over every run's Parquet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from dagster import AssetKey, AssetSpec, MaterializeResult, MetadataValue, asset, multi_asset
+
+from analyses.catalog import catalog_path, refresh_catalog, registered_views
+from analyses.ingest import FileReport, RunReport, ingest_run
+from analyses.metadata import counts_markdown, markdown_preview, partition_files, partition_rows
+from analyses.schema import TABLES, Table
+from analyses.warehouse import partition_dir, scan_table
+from pipelines.assets import contract_table_schema, frame_metadata, frame_table_schema
+from pipelines.partitions import FINGERPRINT_META, dir_fingerprint, runs_partitions
+from pipelines.resources import WarehouseResource
+
+INGEST_GROUP = "ingest"
+WAREHOUSE_GROUP = "warehouse"
+PREVIEW_ROWS = 5
+FILES_LISTED = 200  # source_files rows shown in full in the materialization metadata
+
+
+def _table_spec(t: Table) -> AssetSpec:
+    return AssetSpec(
+        key=t.name,
+        group_name=INGEST_GROUP,
+        partitions_def=runs_partitions,
+        description=(
+            f"Warehouse table `{t.name}`: one row per {t.row}. Parquet under "
+            f"`parquet/{t.name}/run_id=<run>/`; in SQL: `SELECT * FROM {t.name}`."
+        ),
+        kinds={"parquet"},
+        metadata={
+            "dagster/column_schema": contract_table_schema(t),
+            "one_row_per": t.row,
+            "key": ", ".join(t.key) or "(none)",
+        },
+    )
+
+
+TABLE_SPECS: list[AssetSpec] = [_table_spec(t) for t in TABLES.values()]
+TABLE_KEYS: list[AssetKey] = [s.key for s in TABLE_SPECS]
+
+
+@multi_asset(
+    specs=TABLE_SPECS,
+    name="ingest_run",
+    description="Ingest one run directory (the partition) into every warehouse table: sniff each file, "
+    "stream it through its reader, reject bad lines with a reason, swap the run's partitions in.",
+)
+def ingest_run_tables(context, warehouse: WarehouseResource) -> Iterator[MaterializeResult]:
+    run_id = context.partition_key
+    run_dir = warehouse.run_dir(run_id)
+    root = warehouse.root_path
+    context.log.info(f"ingesting {run_dir} as run {run_id} into {root}")
+
+    def progress(kind: str, data: dict) -> None:
+        if kind == "file_done":
+            context.log.info(_file_line(data["report"]))
+
+    # the catalog refresh is the warehouse_catalog asset's job, once per run of the job
+    fingerprint = dir_fingerprint(run_dir).key  # before reading: a change during the ingest re-triggers
+    report = ingest_run(run_dir, root, run_id=run_id, progress=progress, refresh=False)
+    for name in TABLES:
+        meta = _table_metadata(root, name, run_id, report)
+        if name == "runs":  # the sensor compares this with the directory to skip unchanged runs
+            meta[FINGERPRINT_META] = fingerprint
+        yield MaterializeResult(asset_key=name, metadata=meta)
+
+
+def _file_line(f: FileReport) -> str:
+    err = f" [{f.status}: {f.error}]" if f.error else (f" [{f.status}]" if f.status != "ok" else "")
+    return (
+        f"{f.path}: {f.format} lines={f.lines} parsed={f.rows_ok} rejected={f.rows_rejected} "
+        f"skipped={f.rows_skipped} rows={f.rows_out} ({f.seconds:.2f}s){err}"
+    )
+
+
+def _table_metadata(root: Path, table: str, run_id: str, report: RunReport) -> dict[str, Any]:
+    rows = partition_rows(root, table, run_id)
+    head = scan_table(root, table, [run_id]).head(PREVIEW_ROWS).collect()
+    meta = frame_metadata(head, rows)
+    files = partition_files(root, table, run_id)
+    if files:  # the schema as stored, which the schema check compares with the contract
+        meta["dagster/column_schema"] = frame_table_schema({"run_id": pl.String(), **pl.read_parquet_schema(files[0])})
+    meta["run_id"] = run_id
+    meta["partition_path"] = MetadataValue.path(str(partition_dir(root, table, run_id)))
+    if table == "source_files":
+        sf = scan_table(root, "source_files", [run_id]).head(FILES_LISTED).collect()
+        cols = ["path", "format", "status", "lines", "rows_ok", "rows_rejected", "rows_skipped", "rows_out", "error"]
+        meta["files"] = MetadataValue.md(markdown_preview(sf.select(cols), n=FILES_LISTED, total_rows=rows))
+        meta["ingest_seconds"] = MetadataValue.float(round(report.seconds, 3))
+        meta["rows_rejected"] = MetadataValue.int(report.rows_rejected)
+    elif table == "runs":
+        meta["source_dir"] = MetadataValue.path(report.source)
+    return meta
+
+
+@asset(
+    group_name=WAREHOUSE_GROUP,
+    deps=TABLE_KEYS,
+    kinds={"duckdb"},
+    description="The DuckDB catalog (`polytrace.duckdb`): views over every run's Parquet, plus the registered "
+    "characterization views. Holds no data; any DuckDB client can open it read-only.",
+)
+def warehouse_catalog(context, warehouse: WarehouseResource) -> MaterializeResult:
+    root = warehouse.root_path
+    path = refresh_catalog(root)
+    con = warehouse.connect()
+    try:
+        counts = {t: con.execute(f'SELECT count(*), count(DISTINCT run_id) FROM "{t}"').fetchone() for t in TABLES}
+    finally:
+        con.close()
+    rows = {t: int(c[0]) for t, c in counts.items()}
+    runs = int(counts["runs"][1])
+    context.log.info(f"catalog {path}: {runs} run(s); " + ", ".join(f"{t}={n}" for t, n in rows.items() if n))
+    views = sorted(registered_views())
+    return MaterializeResult(
+        metadata={
+            "path": MetadataValue.path(str(catalog_path(root))),
+            "runs": MetadataValue.int(runs),
+            "table_rows": MetadataValue.md(counts_markdown(rows)),
+            "views": MetadataValue.md(", ".join(f"`{v}`" for v in views) or "_(no registered views yet)_"),
+        }
+    )

@@ -1,0 +1,71 @@
+"""The code location: ``dagster dev -m pipelines.definitions`` loads ``defs``.
+
+Assets and checks come from the stage modules listed in ``pipelines.assets.STAGE_MODULES``
+(plus ``pipelines.checks``). Two jobs cover everything:
+
+- ``ingest_run_job`` (one run per ``runs`` partition; the sensor launches it): every
+  runs-partitioned asset with its checks, then ``warehouse_catalog`` so that a run's tables
+  are queryable as soon as its job ends;
+- ``cross_run_job``: every asset that is not runs-partitioned (cross-run views, fits, exports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dagster import (
+    AssetKey,
+    AssetsDefinition,
+    AssetSelection,
+    Definitions,
+    define_asset_job,
+    load_asset_checks_from_modules,
+    load_assets_from_modules,
+)
+
+from pipelines import checks
+from pipelines.assets import stage_modules
+from pipelines.partitions import RUNS_PARTITIONS_NAME
+from pipelines.resources import WarehouseResource
+from pipelines.sensors import INGEST_JOB_NAME, run_dirs_sensor
+
+CROSS_RUN_JOB_NAME = "cross_run_job"
+CATALOG_KEY = AssetKey("warehouse_catalog")
+
+
+def per_run_keys(assets: Sequence[object]) -> list[AssetKey]:
+    """Keys of the assets partitioned by run (the per-run job's selection, catalog aside)."""
+    out: list[AssetKey] = []
+    for a in assets:
+        pd = getattr(a, "partitions_def", None)
+        if isinstance(a, AssetsDefinition) and pd is not None and getattr(pd, "name", None) == RUNS_PARTITIONS_NAME:
+            out.extend(a.keys)
+    return sorted(out, key=lambda k: k.to_user_string())
+
+
+def build_defs(warehouse: WarehouseResource | None = None) -> Definitions:
+    """The definitions, with ``warehouse`` (default: from the environment) as the resource."""
+    modules = stage_modules()
+    assets = list(load_assets_from_modules(modules))
+    asset_checks = list(load_asset_checks_from_modules([*modules, checks]))
+    per_run = per_run_keys(assets)
+    ingest_job = define_asset_job(
+        INGEST_JOB_NAME,
+        selection=AssetSelection.assets(*per_run) | AssetSelection.assets(CATALOG_KEY),
+        description="Ingest one run (partition) into every table, check the tables, refresh the catalog.",
+    )
+    cross_run_job = define_asset_job(
+        CROSS_RUN_JOB_NAME,
+        selection=AssetSelection.all() - AssetSelection.assets(*per_run),
+        description="Everything that reads across runs: the catalog, characterization views, fits, exports.",
+    )
+    return Definitions(
+        assets=assets,
+        asset_checks=asset_checks,
+        jobs=[ingest_job, cross_run_job],
+        sensors=[run_dirs_sensor],
+        resources={"warehouse": warehouse if warehouse is not None else WarehouseResource.from_env()},
+    )
+
+
+defs = build_defs()

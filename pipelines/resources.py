@@ -1,0 +1,61 @@
+"""The warehouse resource: where Parquet lands and where run directories are watched.
+
+Not ``dagster-duckdb``'s ``DuckDBResource``: that resource opens one database file per use,
+and a writer holds DuckDB's single-writer lock on it. Our DuckDB file holds only views over
+the Parquet (``analyses.catalog``); it is rewritten under an OS file lock by one asset, and
+every reader gets an in-memory connection with the same views (``connect``), so parallel
+per-run writes and queries never contend for a database file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+import polars as pl
+from dagster import ConfigurableResource
+
+from analyses.catalog import connect
+from analyses.warehouse import default_root, scan_table
+from pipelines.partitions import find_run_dir
+
+ENV_LOGS_ROOT = "POLYTRACE_LOGS_ROOT"
+DEFAULT_LOGS_ROOT = "sample_logs"
+
+
+class WarehouseResource(ConfigurableResource):
+    """The warehouse root (Parquet + DuckDB catalog) and the logs root (one directory per run)."""
+
+    root: str
+    logs_root: str
+
+    @classmethod
+    def from_env(cls) -> WarehouseResource:
+        """``$POLYTRACE_WAREHOUSE`` (default ``warehouse/``) and ``$POLYTRACE_LOGS_ROOT``
+        (default ``sample_logs/``), made absolute here so that run workers started from another
+        directory write to the same place."""
+        logs = Path(os.environ.get(ENV_LOGS_ROOT) or DEFAULT_LOGS_ROOT)
+        return cls(root=str(default_root().resolve()), logs_root=str(logs.resolve()))
+
+    @property
+    def root_path(self) -> Path:
+        return Path(self.root)
+
+    @property
+    def logs_path(self) -> Path:
+        return Path(self.logs_root)
+
+    def run_dir(self, run_id: str) -> Path:
+        """The run directory behind a partition key; FileNotFoundError when it is gone."""
+        found = find_run_dir(self.logs_path, run_id)
+        if found is None:
+            raise FileNotFoundError(f"no run directory with run id {run_id!r} under {self.logs_path}")
+        return found
+
+    def scan(self, table: str, run_ids: list[str] | None = None) -> pl.LazyFrame:
+        return scan_table(self.root_path, table, run_ids)
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with every table and view by name."""
+        return connect(self.root_path)

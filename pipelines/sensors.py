@@ -1,0 +1,156 @@
+"""The logs-root sensor: a partition per run directory, a run per new or changed directory.
+
+Each tick stats the immediate subdirectories of the logs root (no file is opened), adds a
+dynamic partition for every run id not yet known, and requests the per-run job for every
+directory whose fingerprint (files, bytes, newest mtime) differs from the cursor. A directory
+modified within the last ``SETTLE_SECONDS`` is still being written and waits for a later tick.
+A run the cursor has not seen (first tick, or a reset cursor) is compared with the fingerprint
+recorded by its last ingest, so restarting the UI does not re-ingest unchanged runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    DefaultSensorStatus,
+    RunRequest,
+    SensorResult,
+    sensor,
+)
+
+from pipelines.partitions import (
+    FINGERPRINT_META,
+    RUNS_PARTITIONS_NAME,
+    dir_fingerprint,
+    is_valid_key,
+    run_dirs_by_id,
+    runs_partitions,
+)
+from pipelines.resources import WarehouseResource
+
+INGEST_JOB_NAME = "ingest_run_job"  # defined in pipelines.definitions (the per-run selection)
+SETTLE_SECONDS = 10.0
+MIN_INTERVAL_SECONDS = 30
+FINGERPRINT_ASSET = AssetKey("runs")
+
+
+@dataclass(frozen=True)
+class RunDirState:
+    run_id: str
+    path: str
+    fingerprint: str
+    newest_mtime_s: float
+
+
+def scan_logs_root(logs_root_path: str) -> dict[str, RunDirState]:
+    """Every run directory under the logs root, by run id, with its fingerprint."""
+    out = {}
+    for rid, d in run_dirs_by_id(Path(logs_root_path)).items():
+        fp = dir_fingerprint(d)
+        out[rid] = RunDirState(rid, str(d), fp.key, fp.newest_mtime_ns / 1e9)
+    return out
+
+
+@dataclass
+class TickPlan:
+    new_partitions: list[str] = field(default_factory=list)
+    requests: list[RunDirState] = field(default_factory=list)
+    cursor: dict[str, str] = field(default_factory=dict)
+    unsettled: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+
+
+def plan_tick(
+    states: Mapping[str, RunDirState],
+    cursor: Mapping[str, str],
+    existing_partitions: set[str],
+    now_s: float,
+    settle_s: float = SETTLE_SECONDS,
+    last_ingested: Callable[[str], str | None] = lambda _rid: None,
+) -> TickPlan:
+    """What one tick does, as data: partitions to add, runs to request, the next cursor.
+
+    ``cursor`` maps run id -> fingerprint last requested; ``last_ingested(run_id)`` gives the
+    fingerprint recorded by the run's last ingest, consulted only for runs the cursor lacks.
+    Directories that disappeared drop out of the cursor (a re-appearing one is ingested again).
+    """
+    plan = TickPlan()
+    for rid, st in sorted(states.items()):
+        if not is_valid_key(rid):
+            plan.invalid.append(rid)
+            continue
+        if rid not in existing_partitions:
+            plan.new_partitions.append(rid)
+        known = cursor.get(rid)
+        if known is None and rid in existing_partitions:
+            known = last_ingested(rid)
+        if known == st.fingerprint:
+            plan.cursor[rid] = st.fingerprint
+            continue
+        if now_s - st.newest_mtime_s < settle_s:
+            plan.unsettled.append(rid)
+            if known is not None:
+                plan.cursor[rid] = known
+            continue
+        plan.requests.append(st)
+        plan.cursor[rid] = st.fingerprint
+    return plan
+
+
+def _load_cursor(raw: str | None) -> dict[str, str]:
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError:
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+@sensor(
+    job_name=INGEST_JOB_NAME,
+    minimum_interval_seconds=MIN_INTERVAL_SECONDS,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Watches $POLYTRACE_LOGS_ROOT (default sample_logs/): adds a `runs` partition per run "
+    "directory and ingests new or changed ones.",
+)
+def run_dirs_sensor(context, warehouse: WarehouseResource) -> SensorResult:
+    instance = context.instance
+
+    def last_ingested(rid: str) -> str | None:
+        res = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=FINGERPRINT_ASSET, asset_partitions=[rid]), limit=1
+        )
+        if not res.records:
+            return None
+        mat = res.records[0].asset_materialization
+        val = mat.metadata.get(FINGERPRINT_META) if mat is not None else None
+        return str(val.value) if val is not None else None
+
+    states = scan_logs_root(warehouse.logs_root)
+    existing = set(instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME))
+    plan = plan_tick(states, _load_cursor(context.cursor), existing, time.time(), SETTLE_SECONDS, last_ingested)
+    for rid in plan.invalid:
+        context.log.warning(f"run id {rid!r} cannot be a Dagster partition key; rename its directory")
+    if plan.unsettled:
+        context.log.info(f"still being written, next tick: {', '.join(plan.unsettled)}")
+    cursor = json.dumps(plan.cursor, sort_keys=True)
+    if not plan.new_partitions and not plan.requests:
+        return SensorResult(skip_reason=f"{len(states)} run dir(s) under {warehouse.logs_root}, none new or changed",
+                            cursor=cursor)
+    return SensorResult(
+        run_requests=[
+            RunRequest(partition_key=st.run_id, run_key=f"{st.run_id}@{st.fingerprint}",
+                       tags={"polytrace/run_dir": st.path})
+            for st in plan.requests
+        ],
+        dynamic_partitions_requests=[runs_partitions.build_add_request(plan.new_partitions)] if plan.new_partitions else [],
+        cursor=cursor,
+    )

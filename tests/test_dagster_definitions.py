@@ -1,0 +1,219 @@
+"""The Dagster code location loads as `dagster dev -m pipelines.definitions` loads it, with the
+asset and check keys committed below; the logs-root sensor adds partitions and requests runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    DagsterInstance,
+    Definitions,
+    SensorResult,
+    __version__,
+    build_sensor_context,
+    instance_for_test,
+)
+
+from pipelines.definitions import CROSS_RUN_JOB_NAME, build_defs, defs
+from pipelines.partitions import FINGERPRINT_META, RUNS_PARTITIONS_NAME, dir_fingerprint, run_id_for_dir
+from pipelines.resources import WarehouseResource
+from pipelines.sensors import INGEST_JOB_NAME, RunDirState, plan_tick, run_dirs_sensor
+
+# The committed snapshot. A stage that adds assets or checks updates these lists on purpose.
+EXPECTED_ASSET_KEYS = [
+    "filter_batches", "gpu_samples", "rank_times", "rejects", "runs", "samples", "source_files",
+    "step_metrics", "step_windows", "steps", "tool_calls", "turns", "warehouse_catalog",
+]
+EXPECTED_CHECK_KEYS = [
+    "filter_batches:schema_matches_contract",
+    "gpu_samples:schema_matches_contract",
+    "rank_times:non_negative_times",
+    "rank_times:schema_matches_contract",
+    "rejects:reject_share",
+    "rejects:schema_matches_contract",
+    "runs:schema_matches_contract",
+    "samples:schema_matches_contract",
+    "source_files:lines_accounted",
+    "source_files:schema_matches_contract",
+    "step_metrics:schema_matches_contract",
+    "step_windows:schema_matches_contract",
+    "steps:non_negative_times",
+    "steps:schema_matches_contract",
+    "steps:unique_ordered_steps",
+    "tool_calls:non_negative_times",
+    "tool_calls:schema_matches_contract",
+    "turns:non_negative_times",
+    "turns:schema_matches_contract",
+]
+BLOCKING_CHECKS = {k for k in EXPECTED_CHECK_KEYS if k.endswith(":schema_matches_contract")} | {"steps:unique_ordered_steps"}
+TABLE_KEYS = [k for k in EXPECTED_ASSET_KEYS if k != "warehouse_catalog"]
+
+
+def test_code_location_loads_like_dagster_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Load through Dagster's workspace machinery (what `dagster dev -m` and `dagster definitions
+    validate` use), then read the keys from the repository snapshot the UI is served from."""
+    from dagster._cli.workspace.cli_target import get_workspace_from_cli_opts
+    from dagster_shared.cli import WorkspaceOpts
+
+    monkeypatch.setenv("POLYTRACE_WAREHOUSE", str(tmp_path / "wh"))
+    opts = WorkspaceOpts(module_name=("pipelines.definitions",))
+    with instance_for_test() as instance, get_workspace_from_cli_opts(
+        instance, __version__, opts, allow_in_process=True, log_level="warning"
+    ) as ws:
+        entries = ws.get_code_location_entries()
+        assert list(entries) == ["pipelines.definitions"]
+        entry = entries["pipelines.definitions"]
+        assert entry.load_error is None, entry.load_error
+        (repo,) = entry.code_location.get_repositories().values()
+        assert sorted(n.asset_key.to_user_string() for n in repo.get_asset_node_snaps()) == EXPECTED_ASSET_KEYS
+        checks = sorted(f"{c.asset_key.to_user_string()}:{c.name}" for c in repo.get_asset_check_node_snaps())
+        assert checks == EXPECTED_CHECK_KEYS
+        assert [s.name for s in repo.get_sensors()] == ["run_dirs_sensor"]
+        assert {INGEST_JOB_NAME, CROSS_RUN_JOB_NAME} <= {j.name for j in repo.get_all_jobs()}
+        ws.asset_graph.validate_partitions()
+
+
+def test_definitions_validate_and_snapshot() -> None:
+    Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    assert sorted(k.to_user_string() for k in graph.get_all_asset_keys()) == EXPECTED_ASSET_KEYS
+    checks = {f"{k.asset_key.to_user_string()}:{k.name}": k for k in graph.asset_check_keys}
+    assert sorted(checks) == EXPECTED_CHECK_KEYS
+    blocking = {name for name, key in checks.items() if graph.get_check_spec(key).blocking}
+    assert blocking == BLOCKING_CHECKS
+
+
+def test_groups_partitions_and_jobs() -> None:
+    graph = defs.resolve_asset_graph()
+    for k in TABLE_KEYS:
+        node = graph.get(AssetKey(k))
+        assert node.group_name == "ingest", k
+        assert node.partitions_def is not None and node.partitions_def.name == RUNS_PARTITIONS_NAME
+    catalog = graph.get(AssetKey("warehouse_catalog"))
+    assert catalog.group_name == "warehouse" and catalog.partitions_def is None
+    assert {p.to_user_string() for p in catalog.parent_keys} == set(TABLE_KEYS)
+
+    ingest_job = defs.resolve_job_def(INGEST_JOB_NAME)
+    assert ingest_job.partitions_def is not None and ingest_job.partitions_def.name == RUNS_PARTITIONS_NAME
+    assert sorted(k.to_user_string() for k in ingest_job.asset_layer.selected_asset_keys) == EXPECTED_ASSET_KEYS
+    cross = defs.resolve_job_def(CROSS_RUN_JOB_NAME)
+    assert [k.to_user_string() for k in cross.asset_layer.selected_asset_keys] == ["warehouse_catalog"]
+
+
+def test_resource_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POLYTRACE_WAREHOUSE", str(tmp_path / "wh"))
+    monkeypatch.setenv("POLYTRACE_LOGS_ROOT", str(tmp_path / "logs"))
+    wh = WarehouseResource.from_env()
+    assert wh.root == str(tmp_path / "wh") and wh.logs_root == str(tmp_path / "logs")
+    monkeypatch.delenv("POLYTRACE_WAREHOUSE")
+    monkeypatch.delenv("POLYTRACE_LOGS_ROOT")
+    monkeypatch.chdir(tmp_path)
+    wh = WarehouseResource.from_env()  # defaults, made absolute against the working directory
+    assert wh.root == str(tmp_path / "warehouse") and wh.logs_root == str(tmp_path / "sample_logs")
+
+
+# --- sensor ------------------------------------------------------------------------------------
+
+OLD = time.time() - 3600  # an mtime old enough to count as settled
+
+
+def _run_dir(root: Path, name: str, text: str = "step:1 - timing_s/step:2.0\n", mtime: float = OLD,
+             manifest: str | None = None) -> Path:
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "train.log").write_text(text)
+    if manifest is not None:
+        (d / "run.toml").write_text(manifest)
+    for p in (*d.iterdir(), d):
+        os.utime(p, (mtime, mtime))
+    return d
+
+
+def _tick(instance: DagsterInstance, logs: Path, cursor: str | None = None) -> SensorResult:
+    wh = WarehouseResource(root=str(logs.parent / "wh"), logs_root=str(logs))
+    ctx = build_sensor_context(instance=instance, cursor=cursor, resources={"warehouse": wh})
+    res = run_dirs_sensor(ctx)
+    assert isinstance(res, SensorResult)
+    return res
+
+
+def _apply(instance: DagsterInstance, res: SensorResult) -> None:
+    for req in res.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys or []))
+
+
+def test_sensor_adds_partitions_and_requests_new_and_changed(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    _run_dir(logs, "run-a")
+    _run_dir(logs, "run b", manifest='run_id = "custom-id"\n')  # the manifest's id is the key
+    _run_dir(logs, ".hidden")
+    (logs / "loose-file.log").write_text("not a run directory\n")
+    with DagsterInstance.ephemeral() as instance:
+        res = _tick(instance, logs)
+        (add,) = res.dynamic_partitions_requests
+        assert add.partitions_def_name == RUNS_PARTITIONS_NAME and list(add.partition_keys) == ["custom-id", "run-a"]
+        assert sorted(r.partition_key for r in res.run_requests) == ["custom-id", "run-a"]
+        assert all(r.run_key and r.run_key.startswith(r.partition_key + "@") for r in res.run_requests)
+        cursor = json.loads(res.cursor)
+        assert cursor["run-a"] == dir_fingerprint(logs / "run-a").key
+        _apply(instance, res)
+
+        # nothing changed: no partition, no run, same cursor
+        res2 = _tick(instance, logs, res.cursor)
+        assert not res2.run_requests and not res2.dynamic_partitions_requests and res2.skip_reason
+        assert json.loads(res2.cursor) == cursor
+
+        # run-a grows (settled), and a new run is still being written (mtime now): run-a reruns;
+        # the new one gets its partition now and its run on a later tick
+        _run_dir(logs, "run-a", text="step:1 - timing_s/step:2.0\nstep:2 - timing_s/step:3.0\n")
+        _run_dir(logs, "run-c", mtime=time.time())
+        res3 = _tick(instance, logs, res2.cursor)
+        assert [r.partition_key for r in res3.run_requests] == ["run-a"]
+        assert [list(r.partition_keys) for r in res3.dynamic_partitions_requests] == [["run-c"]]
+        assert "run-c" not in json.loads(res3.cursor)
+
+
+def test_sensor_without_cursor_skips_runs_ingested_unchanged(tmp_path: Path) -> None:
+    """A fresh cursor (new UI instance, reset sensor) re-ingests only runs whose directory no longer
+    matches the fingerprint recorded by their last ingest."""
+    logs = tmp_path / "logs"
+    _run_dir(logs, "same")
+    _run_dir(logs, "edited")
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(RUNS_PARTITIONS_NAME, ["same", "edited"])
+        for name, fp in (("same", dir_fingerprint(logs / "same").key), ("edited", "0f-0b-0")):
+            instance.report_runless_asset_event(
+                AssetMaterialization(asset_key="runs", partition=name, metadata={FINGERPRINT_META: fp})
+            )
+        res = _tick(instance, logs)
+        assert [r.partition_key for r in res.run_requests] == ["edited"]
+        assert not res.dynamic_partitions_requests
+        assert set(json.loads(res.cursor)) == {"same", "edited"}
+
+
+def test_plan_tick_drops_vanished_and_invalid_keys() -> None:
+    st = {
+        "a": RunDirState("a", "/x/a", "1f-1b-1", 1.0),
+        "b...c": RunDirState("b...c", "/x/b...c", "1f-1b-1", 1.0),  # '...' is refused by Dagster
+    }
+    plan = plan_tick(st, {"a": "1f-1b-1", "gone": "2f-2b-2"}, {"a"}, now_s=100.0)
+    assert plan.cursor == {"a": "1f-1b-1"} and plan.invalid == ["b...c"] and not plan.requests
+    assert not plan.new_partitions
+
+
+def test_run_id_for_dir(tmp_path: Path) -> None:
+    assert run_id_for_dir(_run_dir(tmp_path, "my run (v2)")) == "my_run_v2"
+    # a broken manifest falls back to the directory name (the run itself will fail loudly)
+    assert run_id_for_dir(_run_dir(tmp_path, "broken", manifest="task = \n")) == "broken"
+
+
+def test_build_defs_binds_the_given_warehouse(tmp_path: Path) -> None:
+    wh = WarehouseResource(root=str(tmp_path / "wh"), logs_root=str(tmp_path / "logs"))
+    d = build_defs(wh)
+    assert d.resources["warehouse"] is wh

@@ -1,0 +1,180 @@
+"""End to end through Dagster, in process: partitions per run, every asset materialized into a
+tmp_path warehouse, checks evaluated, tables as the plain library would write them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dagster import AssetCheckSeverity, AssetKey, DagsterInstance
+
+from analyses import table_checks
+from analyses.catalog import catalog_path, connect
+from analyses.ingest import ingest_run
+from analyses.metadata import run_row_counts
+from analyses.schema import STEPS, TABLES
+from analyses.warehouse import scan_table
+from pipelines.definitions import build_defs
+from pipelines.demo import main as demo_main
+from pipelines.demo import materialize_all
+from pipelines.partitions import RUNS_PARTITIONS_NAME, run_dirs_by_id
+from pipelines.resources import WarehouseResource
+from pipelines.sensors import INGEST_JOB_NAME
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_LOGS = REPO / "sample_logs"
+
+# Two tiny verl console runs whose answers are counted by hand:
+# tiny-run: 3 step lines + 1 banner -> steps 1..3, step_time_s 2, 3, 1; 3 parsed, 1 skipped, 0 rejected.
+# bad-run: step 1 fine; step 2 has a non-numeric value (pair dropped, line kept: 1 reject row, line
+# parsed); "step:x" is not a step (1 rejected line) -> steps 1, 2; rows_rejected 1 of 3 candidate
+# lines = 33% > 5%, so reject_share fails (WARN, the run still succeeds).
+TINY = "step:1 - timing_s/gen:1.0 - timing_s/step:2.0\nstep:2 - timing_s/gen:1.5 - timing_s/step:3.0\nsome banner\n" \
+       "step:3 - timing_s/gen:0.5 - timing_s/step:1.0 - response_length/mean:100\n"
+BAD = "step:1 - timing_s/gen:1.0 - timing_s/step:2.0\nstep:2 - timing_s/gen:oops - timing_s/step:3.0\n" \
+      "step:x - timing_s/gen:1.0\n"
+
+
+@pytest.fixture
+def tiny_logs(tmp_path: Path) -> Path:
+    logs = tmp_path / "logs"
+    for name, text in (("tiny-run", TINY), ("bad-run", BAD)):
+        (logs / name).mkdir(parents=True)
+        (logs / name / "train.log").write_text(text)
+    return logs
+
+
+def _defs(tmp_path: Path, logs: Path):
+    wh = WarehouseResource(root=str(tmp_path / "wh"), logs_root=str(logs))
+    return build_defs(wh), tmp_path / "wh"
+
+
+def _mat(res, table: str):
+    (ev,) = [e for e in res.get_asset_materialization_events() if e.asset_key == AssetKey(table)]
+    return ev.materialization
+
+
+def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
+    defs, root = _defs(tmp_path, tiny_logs)
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize_all(defs, instance, tiny_logs)
+        assert result.success
+        assert sorted(instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME)) == ["bad-run", "tiny-run"]
+        assert result.run_ids == ["bad-run", "tiny-run"]
+
+        # tables, as written
+        steps = scan_table(root, "steps").sort("run_id", "step").collect()
+        assert steps.select("run_id", "step", "step_time_s").rows() == [
+            ("bad-run", 1, 2.0), ("bad-run", 2, 3.0),
+            ("tiny-run", 1, 2.0), ("tiny-run", 2, 3.0), ("tiny-run", 3, 1.0),
+        ]
+        sf = scan_table(root, "source_files", ["tiny-run"]).collect()
+        assert sf.select("path", "format", "lines", "rows_ok", "rows_skipped").rows() == [("train.log", "verl_console", 4, 3, 1)]
+        assert scan_table(root, "rejects", ["bad-run"]).collect().height == 2
+
+        # one materialization per table per run, with metadata
+        tiny = result.per_run["tiny-run"]
+        assert {e.asset_key.to_user_string() for e in tiny.get_asset_materialization_events()} == set(TABLES)
+        m = _mat(tiny, "steps")
+        assert m.partition == "tiny-run"
+        assert m.metadata["dagster/row_count"].value == 3
+        assert [c.name for c in m.metadata["dagster/column_schema"].schema.columns] == list(STEPS.columns)
+        assert m.metadata["preview"].value.splitlines()[0].startswith("| run_id | step | step_time_s |")
+        assert "train.log" in _mat(tiny, "source_files").metadata["files"].value
+        assert _mat(tiny, "runs").metadata["source_fingerprint"].value
+
+        # checks: 19 per run; only bad-run's reject share fails, as a warning
+        evals = {(e.asset_check_key.asset_key.to_user_string(), e.asset_check_key.name): e
+                 for e in result.per_run["bad-run"].get_asset_check_evaluations()}
+        assert len(evals) == 19 and len(tiny.get_asset_check_evaluations()) == 19
+        failed = {k: e for k, e in evals.items() if not e.passed}
+        assert list(failed) == [("rejects", "reject_share")]
+        assert failed["rejects", "reject_share"].severity == AssetCheckSeverity.WARN
+        assert failed["rejects", "reject_share"].metadata["reject_share"].value == pytest.approx(1 / 3, abs=1e-6)
+        assert result.checks.passed == 37 and result.checks.failed == ["bad-run rejects:reject_share (WARN)"]
+        assert all(e.passed for e in tiny.get_asset_check_evaluations())
+
+        # the cross-run job refreshed the catalog; SQL sees both runs
+        assert result.cross_run is not None and result.cross_run.success
+        assert _mat(result.cross_run, "warehouse_catalog").metadata["runs"].value == 2
+        assert catalog_path(root).exists()
+        con = connect(root)
+        assert con.execute("SELECT count(*) FROM steps").fetchone()[0] == 5
+        con.close()
+
+        # materializing again replaces each run's partitions rather than appending
+        again = materialize_all(defs, instance, tiny_logs)
+        assert again.success
+        assert scan_table(root, "steps").collect().height == 5
+
+
+def test_blocking_schema_check_stops_downstream(
+    tmp_path: Path, tiny_logs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed schema check (ERROR, blocking) fails the run and the catalog is not refreshed."""
+    real = table_checks.check_schema_partition
+
+    def fake(root: Path, table: str, run_id: str) -> table_checks.CheckOutcome:
+        passed, meta = real(root, table, run_id)
+        return (False, {**meta, "problems": ["injected by the test"]}) if table == "steps" else (passed, meta)
+
+    monkeypatch.setattr(table_checks, "check_schema_partition", fake)
+    defs, _root = _defs(tmp_path, tiny_logs)
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(RUNS_PARTITIONS_NAME, ["tiny-run"])
+        res = defs.resolve_job_def(INGEST_JOB_NAME).execute_in_process(
+            partition_key="tiny-run", instance=instance, raise_on_error=False
+        )
+    assert not res.success
+    materialized = {e.asset_key.to_user_string() for e in res.get_asset_materialization_events()}
+    assert materialized == set(TABLES)  # the tables landed; the catalog step did not run
+    failed = [(e.asset_check_key.asset_key.to_user_string(), e.asset_check_key.name)
+              for e in res.get_asset_check_evaluations() if not e.passed]
+    assert failed == [("steps", "schema_matches_contract")]
+
+
+def test_demo_main_prints_headlines(
+    tmp_path: Path, tiny_logs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "dagster_home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    rc = demo_main(["--logs-root", str(tiny_logs), "--warehouse", str(tmp_path / "wh")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "ingested 2 run(s)" in out
+    assert "tiny-run: ok  files=1 steps=3 samples=0" in out
+    assert "asset checks: 37/38 passed" in out and "failed: bad-run rejects:reject_share (WARN)" in out
+    assert "runs=2  source files=2  steps=5" in out
+    assert f"warehouse: {tmp_path / 'wh'}" in out and "took " in out
+    # the persistent instance under DAGSTER_HOME keeps the runs for the UI
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert sorted(instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME)) == ["bad-run", "tiny-run"]
+        assert len(instance.get_runs()) == 3  # a run per partition + the cross-run job
+
+
+@pytest.mark.slow
+def test_demo_corpus_through_dagster_matches_library(tmp_path: Path) -> None:
+    """The demo corpus (sample_logs/) through Dagster lands exactly the rows the library ingest
+    writes on its own, with no ERROR check failing."""
+    runs = run_dirs_by_id(SAMPLE_LOGS)
+    assert runs, f"no run directories under {SAMPLE_LOGS}"
+    defs, root = _defs(tmp_path, SAMPLE_LOGS)
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize_all(defs, instance, SAMPLE_LOGS)
+    assert result.success
+    assert result.run_ids == sorted(runs)
+    errors = [f for f in result.checks.failed if not f.endswith("(WARN)")]
+    assert errors == []
+    assert result.checks.passed + len(result.checks.failed) == 19 * len(runs)
+
+    lib_root = tmp_path / "lib"
+    for rid, d in runs.items():
+        ingest_run(d, lib_root, run_id=rid, refresh=False)
+    for rid in runs:
+        assert run_row_counts(root, rid) == run_row_counts(lib_root, rid), rid
+        # materialization metadata agrees with the tables
+        mats = {e.asset_key.to_user_string(): e.materialization for e in result.per_run[rid].get_asset_materialization_events()}
+        assert {t: mats[t].metadata["dagster/row_count"].value for t in TABLES} == run_row_counts(root, rid)
+    a = scan_table(root, "steps").sort("run_id", "step").collect()
+    b = scan_table(lib_root, "steps").sort("run_id", "step").collect()
+    assert a.height > 0 and a.equals(b)

@@ -1,0 +1,35 @@
+"""Execute notebooks/characterization.ipynb against a small synthetic warehouse so it cannot rot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _views_util import build_demo_warehouse
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "characterization.ipynb"
+
+
+def test_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nbformat = pytest.importorskip("nbformat", reason="nbformat/nbclient/ipykernel are dev dependencies")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    root = tmp_path / "wh"
+    build_demo_warehouse(root)
+    # the kernel inherits the environment: point it at the test warehouse; plots as plotly JSON outputs, never a browser
+    monkeypatch.setenv("POLYTRACE_WAREHOUSE", str(root))
+    monkeypatch.setenv("PLOTLY_RENDERER", "plotly_mimetype")
+    monkeypatch.setenv("POLARS_MAX_THREADS", "2")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.execute()  # raises CellExecutionError on the first failing cell
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "\n".join(str(o.get("data", {}).get("text/plain", "")) + o.get("text", "") for o in outputs)
+    # the runs of the demo warehouse, and one number per question we can check by construction
+    assert "math-a" in text and "agent-b" in text and "dapo-c" in text
+    assert "quantile_disc" in text  # the printed quantile definition
+    figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    # cdf 1 + drift 2 (math-a, dapo-c) + stages 1 + throughput 1 + imbalance 2 + gpu 1 + tools 1 + multiturn 2 + filter 1
+    assert len(figures) == 12

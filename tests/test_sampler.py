@@ -1,0 +1,69 @@
+"""The seeded sampler: determinism, batch shape, group structure, caps, multi-turn consistency."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from _fit_synth import synth_multiturn, synth_samples
+
+from analyses.fit.joint import icc_oneway, normal_scores
+from analyses.fit.sampler import generate, steps_for
+from analyses.fit.workload import fit_workload
+
+
+@pytest.fixture(scope="module")
+def workload() -> dict:
+    return fit_workload(synth_samples(steps=6, prompts=32, n=8, within=0.5, cap=2000, seed=0), run_id="synth", task="math")
+
+
+def test_same_seed_same_numbers_and_steps_are_independent(workload):
+    a = generate(workload, [0, 1, 2], seed=11).samples
+    b = generate(workload, [0, 1, 2], seed=11).samples
+    assert a.equals(b)
+    only1 = generate(workload, [1], seed=11).samples
+    assert only1.equals(a.filter(pl.col("step") == 1))  # a step does not depend on the others
+    c = generate(workload, [0, 1, 2], seed=12).samples
+    assert not a["response_tokens"].equals(c["response_tokens"])
+
+
+def test_batch_shape_ranks_and_cap(workload):
+    b = workload["batch"]
+    assert (b["prompts_per_step"], b["samples_per_prompt"], b["dp_ranks"], b["rank_of_dp"], b["tp_size"]) == (32, 8, [0, 1], [0, 4], 4)
+    g = generate(workload, steps_for(workload, 2), seed=0).samples
+    assert g.height == 2 * 32 * 8
+    per = g.group_by("step", "dp_rank").agg(pl.col("group").n_unique().alias("prompts"), pl.col("local_index").max().alias("li"))
+    assert per["prompts"].to_list() == [16] * 4 and per["li"].to_list() == [15] * 4
+    assert g["response_tokens"].max() <= 2000 and g["response_tokens"].min() >= 1
+    assert (g["truncated"] == (g["response_tokens"] >= 2000)).all()
+    # prompts are constant within a group
+    assert (g.group_by("step", "group").agg(pl.col("prompt_tokens").n_unique())["prompt_tokens"] == 1).all()
+
+
+def test_generated_lengths_keep_marginal_and_group_correlation(workload):
+    g = generate(workload, list(range(40)), seed=3).samples
+    real = synth_samples(steps=40, prompts=32, n=8, within=0.5, cap=2000, seed=99)
+    # medians agree within a few percent (lognormal median = e^6 = 403)
+    assert g["response_tokens"].median() == pytest.approx(real["response_tokens"].median(), rel=0.06)
+    grp = (g["step"] * 100 + g["group"]).to_numpy()
+    assert icc_oneway(normal_scores(g["response_tokens"].to_numpy()), grp) == pytest.approx(0.5, abs=0.08)
+
+
+def test_multiturn_generation_is_internally_consistent():
+    mt = synth_multiturn(steps=2, prompts=16, n=4)
+    w = fit_workload(mt["samples"], turns=mt["turns"], tool_calls=mt["tool_calls"], run_id="mt", task="search")
+    assert w["batch"]["multi_turn"]
+    g = generate(w, [0, 1], seed=5)
+    assert g.turns is not None and g.tool_calls is not None
+    keys = ["step", "group", "sample_index"]
+    t = g.turns.group_by(keys).agg(pl.len().alias("nt"), pl.col("tool_call_count").sum().alias("nc"))
+    j = g.samples.join(t, on=keys)
+    assert (j["nt"] == j["n_turns"]).all() and (j["nc"] == j["n_tool_calls"]).all()
+    assert g.tool_calls.height == int(g.samples["n_tool_calls"].sum())
+    # the final turn never calls a tool; earlier ones do
+    last = g.turns.filter(pl.col("turn") == pl.col("turn").max().over(keys))
+    assert (last["tool_call_count"] == 0).all()
+    # later turns see a longer prompt (context grows)
+    two = g.turns.filter(pl.col("turn") <= 1).pivot("turn", index=keys, values="prompt_tokens").drop_nulls()
+    assert (two["1"] > two["0"]).all()
+    assert np.all(g.tool_calls["latency_s"].to_numpy() > 0)

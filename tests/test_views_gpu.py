@@ -1,0 +1,60 @@
+"""gpu_utilization / gpu_timeline on hand-made telemetry aligned to two step windows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from _views_util import open_wh, rows, stage_run
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def con(tmp_path: Path):  # noqa: ANN201
+    root = tmp_path / "wh"
+    ts = [T0 + timedelta(seconds=i) for i in range(4)]
+    stage_run(
+        root,
+        "g",
+        {
+            "gpu_samples": {
+                "host": ["h"] * 9,
+                "gpu": ["0"] * 4 + ["1"] * 4 + ["0"],
+                "ts": ts + ts + [ts[0]],
+                "metric": ["gpu_util_pct"] * 8 + ["mem_used_mib"],
+                # gpu 0 idles for the first sample only; gpu 1 sits at 50 %; memory is not utilization
+                "value": [0.0, 100.0, 100.0, 100.0, 50.0, 50.0, 50.0, 50.0, 1000.0],
+            },
+            "step_windows": {
+                "step": [1, 2],
+                "start_ts": [T0, T0 + timedelta(seconds=2)],
+                "end_ts": [T0 + timedelta(seconds=2), T0 + timedelta(seconds=4)],
+            },
+        },
+    )
+    return open_wh(root)
+
+
+def test_whole_run_per_gpu(con) -> None:  # noqa: ANN001
+    got = {r["gpu"]: r for r in rows(con, "SELECT * FROM gpu_utilization WHERE scope = 'run'")}
+    assert got["0"]["mean_util_pct"] == 75.0 and got["0"]["idle_share"] == 0.25  # [0, 100, 100, 100]
+    assert got["1"]["mean_util_pct"] == 50.0 and got["1"]["idle_share"] == 0.0
+    assert got["0"]["n_samples"] == 4  # the memory sample is not a utilization sample
+    assert got["0"]["gpu_spread_pct"] == 25.0 and got["0"]["all_gpus_mean_util_pct"] == 62.5
+
+
+def test_per_step_alignment(con) -> None:  # noqa: ANN001
+    got = {(r["step"], r["gpu"]): r for r in rows(con, "SELECT * FROM gpu_utilization WHERE scope = 'step'")}
+    # step 1 = [t0, t0+2): gpu0 [0, 100]; step 2 = [t0+2, t0+4): gpu0 [100, 100]
+    assert got[(1, "0")]["mean_util_pct"] == 50.0 and got[(1, "0")]["idle_share"] == 0.5
+    assert got[(2, "0")]["mean_util_pct"] == 100.0 and got[(2, "0")]["idle_share"] == 0.0
+    assert got[(1, "0")]["gpu_spread_pct"] == 0.0 and got[(2, "1")]["gpu_spread_pct"] == 50.0
+    assert got[(1, "1")]["n_gpus"] == 2
+
+
+def test_timeline_buckets(con) -> None:  # noqa: ANN001
+    # span 3 s / 300 points < 1 s, so buckets are 1 s: one point per sample
+    got = rows(con, "SELECT gpu, util_pct FROM gpu_timeline ORDER BY gpu, ts")
+    assert [r["util_pct"] for r in got] == [0.0, 100.0, 100.0, 100.0, 50.0, 50.0, 50.0, 50.0]

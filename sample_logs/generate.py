@@ -121,7 +121,8 @@ def verl_console_new(rng: random.Random) -> datetime:
             f"perf/throughput:{np64(n_tok / total / 8)}",
         ]
         if step % 10 == 0:  # validation steps print a long line that the console capture cuts
-            pairs = [f"val-aux/aime_2024/score/mean@{k}:{np64(rng.random())}" for k in range(1, 80)] + pairs
+            val = [f"val-aux/aime_2024/score/mean@{k}:{np64(rng.random())}" for k in range(1, 60)]
+            pairs = pairs[:6] + val + pairs[6:]  # as in real logs: the cut loses the timing_s/* keys
         line = f"step:{step} - " + " - ".join(pairs)
         lines.append(line[:4096])
     _write(run / "output.log", "\n".join(lines) + "\n")
@@ -226,13 +227,13 @@ def polytrace_search(rng: random.Random) -> None:
         for sid in range(64):
             prompt = rng.randint(200, 420)
             n_turns = min(6, 1 + int(rng.expovariate(0.8)))
-            turns, calls, ctx, resp = [], [], prompt, 0
+            turns, calls, ctx, resp, cached = [], [], prompt, 0, 0
             for t in range(n_turns):
                 last = t == n_turns - 1
                 comp = rng.randint(20, 200)
                 resp += comp
                 turns.append({"turn": t, "generation_prompt_len": ctx, "prompt_tokens": ctx,
-                              "cached_tokens": 0 if t == 0 else ctx - rng.randint(900, 1100),
+                              "cached_tokens": cached,
                               "max_new_tokens": cap, "completion_tokens": comp,
                               "finish_reason": "stop" if last else "tool_calls", "tool_call_count": 0 if last else 1,
                               "engine_latency_s": rng.lognormvariate(math.log(40), 0.6)})
@@ -244,6 +245,7 @@ def polytrace_search(rng: random.Random) -> None:
                     calls.append({"turn": t, "tool_name": "search", "query_count": rng.randint(1, 3),
                                   "latency_s": lat, "response_token_len": rtok,
                                   "status": "success" if ok else "error", "total_results": 3 if ok else 0})
+                    cached = ctx  # the prefix before the tool response is in the engine's prefix cache
                     ctx += rtok
                     resp += rtok
             resp = min(resp, cap)

@@ -129,10 +129,21 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
         "ts",
         "truncated",
         pl.col("token").str.strip_chars_end().cast(pl.Int64).alias("step"),
-        pl.col("parts").list.slice(1, n_pairs).alias("pair"),
+        "parts",
         n_pairs.alias("n_pairs"),
     )
-    pairs = _parse_pairs(lines.lazy().select("line_no", "step", "pair").explode("pair"))
+    # explode whole lines, then drop each line's head (and a cut line's partial last pair): rows
+    # of one line are contiguous, so a shift finds them, cheaper than slicing every list
+    first = pl.col("line_no") != pl.col("line_no").shift(1, fill_value=-1)
+    last = pl.col("line_no") != pl.col("line_no").shift(-1, fill_value=-1)
+    pairs = _parse_pairs(
+        lines.lazy()
+        .select("line_no", "step", "truncated", pl.col("parts").alias("pair"))
+        .explode("pair")
+        .filter(~first & ~(last & pl.col("truncated")))
+        .drop("truncated")
+    )
+    lines = lines.drop("parts")
 
     bad_pairs = pairs.filter(pl.col("value").is_null())
     # a line with no usable pair at all is rejected whole

@@ -239,13 +239,14 @@ def filter_waste_figure(waste: pl.DataFrame, run_id: str) -> go.Figure:
 
 
 def compare_quantiles_figure(quantiles: pl.DataFrame, kind: str = "response") -> go.Figure:
-    """Cross-run: p50 / p90 / p99 / max per run x task, log y."""
+    """Cross-run: the quantile profile (mean, p50, p90, p99, p99.9, max) of each run x task, log y."""
     d = quantiles.filter(pl.col("kind") == kind).sort("run_id", "task")
-    labels = [f"{r} · {t}" for r, t in zip(d["run_id"], d["task"], strict=True)]
+    cols = ("mean", "p50", "p90", "p99", "p999", "max")
     fig = go.Figure()
-    for i, col in enumerate(("p50", "p90", "p99", "max")):
-        fig.add_trace(go.Bar(x=labels, y=d[col], name=col, marker={"color": _color(i)}))
-    fig.update_layout(barmode="group")
+    for i, r in enumerate(d.iter_rows(named=True)):
+        fig.add_trace(go.Scatter(x=list(cols), y=[r[c] for c in cols], mode="lines+markers",
+                                 name=f"{r['run_id']} · {r['task']}", marker={"color": _color(i), "size": 8},
+                                 line={"color": _color(i)}))
     fig.update_yaxes(type="log", title_text=f"{kind} tokens")
     return _layout(fig, f"Cross-run {kind} length quantiles")
 

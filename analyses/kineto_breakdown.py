@@ -67,7 +67,9 @@ def hta_round(df: pl.DataFrame) -> pl.DataFrame:
     """
     if "dur" not in df.columns:
         return df.with_columns(pl.col("ts").ceil())
-    return df.with_columns(ts=pl.col("ts").ceil(), dur=(pl.col("ts") + pl.col("dur")).floor() - pl.col("ts").ceil())
+    return df.with_columns(
+        ts=pl.col("ts").ceil(), dur=(pl.col("ts") + pl.col("dur")).floor() - pl.col("ts").ceil()
+    )
 
 
 def union_length(lf: pl.LazyFrame, by: list[str], start: str = "ts", end: str = "end") -> pl.LazyFrame:
@@ -82,7 +84,9 @@ def union_length(lf: pl.LazyFrame, by: list[str], start: str = "ts", end: str = 
     runs = (
         lf.sort([*keys, start])
         .with_columns(_prev_end=pl.col(end).cum_max().shift(1).over(keys))
-        .with_columns(_run=(pl.col(start) > pl.col("_prev_end")).fill_null(True).cast(pl.Int64).cum_sum().over(keys))
+        .with_columns(
+            _run=(pl.col(start) > pl.col("_prev_end")).fill_null(True).cast(pl.Int64).cum_sum().over(keys)
+        )
         .group_by([*keys, "_run"])
         .agg(pl.col(start).min().alias("_s"), pl.col(end).max().alias("_e"))
         .group_by(keys)
@@ -133,7 +137,9 @@ def assign_steps(gpu: pl.DataFrame, launches: pl.DataFrame, steps: pl.DataFrame)
     if win.height == 0:
         return g.with_columns(step=pl.lit(None, dtype=pl.Int64)).drop("_key")
     g = g.join_asof(win, left_on="_key", right_on="_ws", strategy="backward")
-    return g.with_columns(step=pl.when(pl.col("_key") < pl.col("_we")).then(pl.col("step"))).drop("_key", "_ws", "_we")
+    return g.with_columns(step=pl.when(pl.col("_key") < pl.col("_we")).then(pl.col("step"))).drop(
+        "_key", "_ws", "_we"
+    )
 
 
 def hta_window(gpu: pl.DataFrame, steps: pl.DataFrame, include_last_step: bool = False) -> pl.DataFrame:

@@ -87,14 +87,20 @@ def ensure_hta_venv() -> None:
 
 
 def run(py: Path | str, script: str, trace_dir: Path, cwd: Path) -> tuple[dict, float]:
-    env = {**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2"), "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2"),
+        "PYTHONPATH": str(REPO),
+    }
     t0 = time.perf_counter()
-    p = subprocess.run([str(py), "-c", script, str(trace_dir)], capture_output=True, text=True, cwd=cwd, env=env)
+    p = subprocess.run(
+        [str(py), "-c", script, str(trace_dir)], capture_output=True, text=True, cwd=cwd, env=env
+    )
     wall = time.perf_counter() - t0
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith("@@RESULT")), None)
     if p.returncode != 0 or line is None:
         raise RuntimeError(f"{py} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    return json.loads(line[len("@@RESULT"):]), wall
+    return json.loads(line[len("@@RESULT") :]), wall
 
 
 def scaled_trace(src: Path, n: int, dst: Path) -> Path:
@@ -115,7 +121,10 @@ def scaled_trace(src: Path, n: int, dst: Path) -> Path:
 
 
 def pct(ours: float, ref: float) -> float:
-    return 0.0 if ref == ours else 100.0 * (ours - ref) / ref if ref else float("inf")
+    if ref == 0:
+        return 0.0 if ours == 0 else float("inf")
+    d = 100.0 * (ours - ref) / ref
+    return 0.0 if abs(d) < 5e-4 else d  # float noise from the µs -> s -> µs round trip
 
 
 def main() -> int:
@@ -130,8 +139,10 @@ def main() -> int:
         "| trace set | rank | metric | HTA (µs) | ours (µs) | diff % |",
         "|---|---|---|---:|---:|---:|",
     ]
-    timing = ["| trace set | HTA parse+breakdown (s) | ours parse+breakdown (s) | HTA / ours | HTA subprocess wall (s) | ours subprocess wall (s) |",
-              "|---|---:|---:|---:|---:|---:|"]
+    timing = [
+        "| trace set | HTA parse+breakdown (s) | ours parse+breakdown (s) | HTA / ours | HTA subprocess wall (s) | ours subprocess wall (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     worst = 0.0
     for label, sub in SETS.items():
         src = args.real_logs / sub
@@ -149,13 +160,17 @@ def main() -> int:
             for m in ("idle_us", "compute_us", "non_compute_us", "kernel_us"):
                 d_ = pct(o[m], h[m])
                 worst = max(worst, abs(d_))
-                lines.append(f"| {label} | {rank} | {m.removesuffix('_us')} | {h[m]:,.0f} | {o[m]:,.0f} | {d_:+.3f} |")
+                lines.append(
+                    f"| {label} | {rank} | {m.removesuffix('_us')} | {h[m]:,.0f} | {o[m]:,.0f} | {d_:+.3f} |"
+                )
         timing.append(
             f"| {label} | {hta['work_s']:.3f} | {ours['work_s']:.3f} | {hta['work_s'] / ours['work_s']:.1f}x "
             f"| {hta_wall:.2f} | {our_wall:.2f} |"
         )
-    scale = ["| trace | size (MB gz / MB json) | events | HTA s | HTA peak RSS MB | ours s | ours peak RSS MB | HTA / ours |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    scale = [
+        "| trace | size (MB gz / MB json) | events | HTA s | HTA peak RSS MB | ours s | ours peak RSS MB | HTA / ours |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for n in args.scale:
         src = args.real_logs / "nccl_parser_config" / "nccl_data.json.gz"
         f = scaled_trace(src, n, OUT / f"kineto_scaled_x{n}.json.gz")
@@ -171,8 +186,10 @@ def main() -> int:
         h_s = f"{hta['work_s']:.1f}" if hta else "not run"
         h_m = f"{hta['rss_mb']:.0f}" if hta else "-"
         ratio = f"{hta['work_s'] / ours['work_s']:.1f}x" if hta else "-"
-        scale.append(f"| nccl_data x{n} | {f.stat().st_size / 1e6:.0f} / {raw_mb:.0f} | {40573 * n:,} | {h_s} | {h_m} "
-                     f"| {ours['work_s']:.1f} | {ours['rss_mb']:.0f} | {ratio} |")
+        scale.append(
+            f"| nccl_data x{n} | {f.stat().st_size / 1e6:.0f} / {raw_mb:.0f} | {40573 * n:,} | {h_s} | {h_m} "
+            f"| {ours['work_s']:.1f} | {ours['rss_mb']:.0f} | {ratio} |"
+        )
     report = "\n".join(lines) + f"\n\nworst |diff| = {worst:.3f} %\n\n" + "\n".join(timing) + "\n"
     if args.scale:
         report += "\n" + "\n".join(scale) + "\n"

@@ -138,6 +138,11 @@ RUNNERS = {"ours": run_ours, "loop": run_loop, "floor": run_floor}
 
 
 def child(method: str, path: Path) -> None:
+    # imports are not what is measured: load them before the clock starts
+    if method == "ours":
+        import analyses.readers.verl_console  # noqa: F401
+    elif method == "floor":
+        import duckdb  # noqa: F401
     t0, c0 = time.perf_counter(), time.process_time()
     out = RUNNERS[method](path)
     out["seconds"] = time.perf_counter() - t0
@@ -151,7 +156,10 @@ def child(method: str, path: Path) -> None:
 def measure(method: str, path: Path) -> dict:
     env = dict(os.environ, POLARS_MAX_THREADS=os.environ.get("POLARS_MAX_THREADS", "2"), PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", method, "--file", str(path)], stdout=subprocess.PIPE, env=env, cwd=REPO
+        [sys.executable, __file__, "--child", method, "--file", str(path)],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
     )
     stdout = proc.stdout.read() if proc.stdout else b""
     _, status, usage = os.wait4(proc.pid, 0)
@@ -160,6 +168,7 @@ def measure(method: str, path: Path) -> dict:
         raise SystemExit(f"{method} failed with exit code {proc.returncode}")
     res = json.loads(stdout.decode().strip().splitlines()[-1])
     res["peak_rss_mb"] = usage.ru_maxrss / 1024  # KiB on Linux
+    res["load"] = os.getloadavg()[0]  # 1-min load when the run ended: wall times depend on it
     return res
 
 
@@ -174,6 +183,9 @@ def report(path: Path, results: dict[str, dict]) -> str:
     lines = [
         f"input: {path.name}, {mb:,.0f} MB, {results['ours']['lines']:,} lines, "
         f"{results['ours']['step_lines']:,} step lines, {results['ours']['metric_rows']:,} metric rows",
+        f"machine: {os.cpu_count()} CPUs, POLARS_MAX_THREADS={os.environ.get('POLARS_MAX_THREADS', '2')}, "
+        f"load average during the runs {min(r['load'] for r in results.values()):.1f}"
+        f"-{max(r['load'] for r in results.values()):.1f}",
         "",
         "| method | wall s | MB/s | CPU s | peak RSS (MB) |",
         "|---|---:|---:|---:|---:|",
@@ -216,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.perf_counter()
     path = build_log(args.size_gb)
-    print(f"built {path} ({path.stat().st_size / 1e6:,.0f} MB) in {time.perf_counter() - t0:.1f}s", flush=True)
+    print(
+        f"built {path} ({path.stat().st_size / 1e6:,.0f} MB) in {time.perf_counter() - t0:.1f}s", flush=True
+    )
     warm(path)
     methods = [m for m in METHODS if m in args.methods.split(",")]
     results = {}

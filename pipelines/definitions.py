@@ -7,6 +7,8 @@ Assets and checks come from the stage modules listed in ``pipelines.assets.STAGE
   runs-partitioned asset with its checks, then ``warehouse_catalog`` so that a run's tables
   are queryable as soon as its job ends;
 - ``cross_run_job``: every asset that is not runs-partitioned (cross-run views, fits, exports).
+
+Dagster's DuckDBResource (dagster-duckdb) is deliberately not used: see ``pipelines.resources``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dagster import (
     AssetSelection,
     Definitions,
     define_asset_job,
+    in_process_executor,
     load_asset_checks_from_modules,
     load_assets_from_modules,
 )
@@ -65,6 +68,10 @@ def build_defs(warehouse: WarehouseResource | None = None) -> Definitions:
         jobs=[ingest_job, cross_run_job],
         sensors=[run_dirs_sensor],
         resources={"warehouse": warehouse if warehouse is not None else WarehouseResource.from_env()},
+        # Runs (= run partitions) are the unit of parallelism: the UI and the sensor launch one
+        # process per run. Inside a run the steps are short and mostly sequential (ingest, then
+        # checks), so a process per step (the multiprocess default) would mostly pay imports.
+        executor=in_process_executor,
     )
 
 

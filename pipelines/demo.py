@@ -176,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"warehouse: {root}  (DuckDB catalog: {root / 'polytrace.duckdb'})")
     figures = headline_figures(root)
     print("  " + "  ".join(f"{label}={value:,}" if isinstance(value, int) else f"{label}={value}" for label, value in figures))
+    from pipelines.assets.characterize import report_path  # written by the characterization_report asset
+
+    if report_path(root).exists():
+        print(f"report: {report_path(root)}  (self-contained HTML; key figures as PNG in {report_path(root).parent / 'png'})")
     print(f"dagster instance: {home}  (see the runs with `make ui`, http://127.0.0.1:3000)")
     print(f"took {time.perf_counter() - t0:.1f}s")
     return 0 if result.success else 1

@@ -143,8 +143,11 @@ def run_dirs_sensor(context, warehouse: WarehouseResource) -> SensorResult:
         context.log.info(f"still being written, next tick: {', '.join(plan.unsettled)}")
     cursor = json.dumps(plan.cursor, sort_keys=True)
     if not plan.new_partitions and not plan.requests:
-        return SensorResult(skip_reason=f"{len(states)} run dir(s) under {warehouse.logs_root}, none new or changed",
-                            cursor=cursor)
+        waiting = f", {len(plan.unsettled)} still being written" if plan.unsettled else ""
+        return SensorResult(
+            skip_reason=f"{len(states)} run dir(s) under {warehouse.logs_root}, none new or changed{waiting}",
+            cursor=cursor,
+        )
     return SensorResult(
         run_requests=[
             RunRequest(partition_key=st.run_id, run_key=f"{st.run_id}@{st.fingerprint}",

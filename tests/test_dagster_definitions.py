@@ -26,10 +26,17 @@ from pipelines.resources import WarehouseResource
 from pipelines.sensors import INGEST_JOB_NAME, RunDirState, plan_tick, run_dirs_sensor
 
 # The committed snapshot. A stage that adds assets or checks updates these lists on purpose.
-EXPECTED_ASSET_KEYS = [
-    "filter_batches", "gpu_samples", "rank_times", "rejects", "runs", "samples", "source_files",
-    "step_metrics", "step_windows", "steps", "tool_calls", "turns", "warehouse_catalog",
+# the characterize stage (pipelines/assets/characterize.py): one asset per view group and the report
+CHARACTERIZE_KEYS = [
+    "characterization_report", "filter_waste_view", "gpu_utilization_view", "lengths_view", "multiturn_view",
+    "rank_imbalance_view", "stage_breakdown_view", "step_variance_view", "tool_latency_view",
 ]
+# the fit and export stages (pipelines/assets/fit.py, export.py): specs + fidelity, every export format
+FIT_KEYS = ["workload_exports", "workload_specs"]
+EXPECTED_ASSET_KEYS = sorted([
+    "filter_batches", "gpu_samples", "rank_times", "rejects", "runs", "samples", "source_files",
+    "step_metrics", "step_windows", "steps", "tool_calls", "turns", "warehouse_catalog", *CHARACTERIZE_KEYS, *FIT_KEYS,
+])
 EXPECTED_CHECK_KEYS = [
     "filter_batches:schema_matches_contract",
     "gpu_samples:schema_matches_contract",
@@ -52,7 +59,7 @@ EXPECTED_CHECK_KEYS = [
     "turns:schema_matches_contract",
 ]
 BLOCKING_CHECKS = {k for k in EXPECTED_CHECK_KEYS if k.endswith(":schema_matches_contract")} | {"steps:unique_ordered_steps"}
-TABLE_KEYS = [k for k in EXPECTED_ASSET_KEYS if k != "warehouse_catalog"]
+TABLE_KEYS = [k for k in EXPECTED_ASSET_KEYS if k != "warehouse_catalog" and k not in CHARACTERIZE_KEYS and k not in FIT_KEYS]
 
 
 def test_code_location_loads_like_dagster_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,9 +108,11 @@ def test_groups_partitions_and_jobs() -> None:
 
     ingest_job = defs.resolve_job_def(INGEST_JOB_NAME)
     assert ingest_job.partitions_def is not None and ingest_job.partitions_def.name == RUNS_PARTITIONS_NAME
-    assert sorted(k.to_user_string() for k in ingest_job.asset_layer.selected_asset_keys) == EXPECTED_ASSET_KEYS
+    assert sorted(k.to_user_string() for k in ingest_job.asset_layer.selected_asset_keys) == sorted(
+        [*TABLE_KEYS, "warehouse_catalog"])
     cross = defs.resolve_job_def(CROSS_RUN_JOB_NAME)
-    assert [k.to_user_string() for k in cross.asset_layer.selected_asset_keys] == ["warehouse_catalog"]
+    assert sorted(k.to_user_string() for k in cross.asset_layer.selected_asset_keys) == sorted(
+        ["warehouse_catalog", *CHARACTERIZE_KEYS, *FIT_KEYS])
 
 
 def test_resource_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,7 +57,11 @@ def test_breakdown_hand_example() -> None:
     # compute [0,10) and [20,30); comm [5,25); memcpy [40,42) -> span 42, busy 30+2 = 32, idle 10,
     # compute 20, comm 20, memcpy 2, non_compute = 42 - 20 - 10 = 12 (µs -> seconds)
     gpu = pl.DataFrame(
-        {"ts": [0.0, 20.0, 5.0, 40.0], "dur": [10.0, 10.0, 20.0, 2.0], "kind": ["compute", "compute", "comm", "memcpy"]}
+        {
+            "ts": [0.0, 20.0, 5.0, 40.0],
+            "dur": [10.0, 10.0, 20.0, 2.0],
+            "kind": ["compute", "compute", "comm", "memcpy"],
+        }
     )
     row = breakdown(gpu, []).row(0, named=True)
     assert row["gpu_span"] == pytest.approx(42e-6)
@@ -76,7 +80,12 @@ def test_assign_steps_by_launch_then_by_time_and_hta_window() -> None:
     # corr 1 launched in step 1 runs in step 2's window -> step 1 (HTA's rule); corr 3 has no
     # launch -> by its own start (step 2); corr 4 has no launch and starts after every step -> null
     gpu = pl.DataFrame(
-        {"ts": [120.0, 160.0, 170.0, 500.0], "dur": [5.0] * 4, "correlation": [1, 2, 3, 4], "kind": ["compute"] * 4}
+        {
+            "ts": [120.0, 160.0, 170.0, 500.0],
+            "dur": [5.0] * 4,
+            "correlation": [1, 2, 3, 4],
+            "kind": ["compute"] * 4,
+        }
     )
     g = assign_steps(gpu, launches, steps).sort("correlation")
     assert g["step"].to_list() == [1, 2, 2, None]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 from pathlib import Path
 
 import polars as pl
@@ -55,8 +56,26 @@ def test_two_steps_hand_computed_breakdown() -> None:
     c = _read(MAIN)
     w = _wide(c)
     exp = {
-        1: {"step_wall": 100, "gpu_span": 95, "gpu_busy": 55, "gpu_idle": 40, "compute": 40, "comm": 30, "memcpy": 5, "non_compute": 15},
-        2: {"step_wall": 100, "gpu_span": 46, "gpu_busy": 30, "gpu_idle": 16, "compute": 20, "comm": 0, "memcpy": 4, "non_compute": 10},
+        1: {
+            "step_wall": 100,
+            "gpu_span": 95,
+            "gpu_busy": 55,
+            "gpu_idle": 40,
+            "compute": 40,
+            "comm": 30,
+            "memcpy": 5,
+            "non_compute": 15,
+        },
+        2: {
+            "step_wall": 100,
+            "gpu_span": 46,
+            "gpu_busy": 30,
+            "gpu_idle": 16,
+            "compute": 20,
+            "comm": 0,
+            "memcpy": 4,
+            "non_compute": 10,
+        },
     }
     for step, phases in exp.items():
         assert w[step] == pytest.approx({k: v * 1e-6 for k, v in phases.items()})
@@ -119,18 +138,22 @@ def test_escaped_strings_and_hta_rounding_of_ns_times() -> None:
     assert row["gpu_busy"] == pytest.approx(10.7e-6) and row["gpu_span"] == pytest.approx(20.2e-6)
 
 
-def test_not_a_trace_fails_the_file_only(tmp_path: Path) -> None:
+def test_broken_event_is_rejected_alone_in_ingest(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "a_trace.json").write_text(MAIN.read_text())
-    (run / "b_trace.json").write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "ts": "oops", "dur": 1}, {"ph": "X", "ts": 1,, }]}')
+    (run / "b_trace.json").write_text(
+        '{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "ts": "oops", "dur": 1}, {"ph": "X", "ts": 1,, }]}'
+    )
     rep = ingest_run(run, tmp_path / "wh")
     by = {f.path: f for f in rep.files}
     assert by["a_trace.json"].status == "ok"
     # the broken event is rejected on its own; the other one (unusable ts) is a skipped event
     assert by["b_trace.json"].status == "partial" and by["b_trace.json"].rows_rejected == 1
     rt = scan_table(tmp_path / "wh", "rank_times").collect()
-    assert rt.filter(pl.col("step") == 1, pl.col("phase") == "gpu_busy")["seconds"].item() == pytest.approx(55e-6)
+    assert rt.filter(pl.col("step") == 1, pl.col("phase") == "gpu_busy")["seconds"].item() == pytest.approx(
+        55e-6
+    )
 
 
 # Expected numbers from HolisticTraceAnalysis 0.5.0 ``get_temporal_breakdown()`` on the same
@@ -171,3 +194,55 @@ def test_real_trace_event_counts(real_file) -> None:
         assert c.lines == c.rows_ok + c.rows_skipped
         assert sorted(c.tables["rank_times"]["step"].unique().to_list()) == steps
         assert json.loads(gzip.decompress(path.read_bytes()))["traceEvents"].__len__() == n
+
+
+def test_gpu_mirror_of_profiler_step_is_not_a_second_window(tmp_path: Path) -> None:
+    # newer traces repeat ProfilerStep#N on the GPU timeline (gpu_user_annotation): wall stays 50 µs
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 0, "dur": 50},
+        {
+            "ph": "X",
+            "cat": "gpu_user_annotation",
+            "name": "ProfilerStep#3",
+            "ts": 5,
+            "dur": 60,
+            "args": {"device": 0},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "ts": 1,
+            "dur": 1,
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "ts": 5,
+            "dur": 10,
+            "args": {"stream": 7, "correlation": 1},
+        },
+    ]
+    p = tmp_path / "rank_0.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    w = _wide(_read(p))
+    assert w[3]["step_wall"] == pytest.approx(50e-6) and w[3]["gpu_busy"] == pytest.approx(10e-6)
+
+
+def test_corrupt_gzip_keeps_what_decompressed(tmp_path: Path) -> None:
+    # 600 copies of the fixture's events, each with random (incompressible) padding so the gzip
+    # spans several decompression feeds (~300 KB); garbage is written at 3/4 of it
+    rnd = random.Random(0)
+    doc = json.loads(MAIN.read_text())
+    doc["traceEvents"] = [{**e, "pad": f"{rnd.getrandbits(160):040x}"} for e in doc["traceEvents"] * 600]
+    raw = bytearray(gzip.compress(json.dumps(doc).encode(), mtime=0))
+    at = len(raw) * 3 // 4
+    raw[at : at + 64] = b"\xff" * 64
+    p = tmp_path / "corrupt_rank-1.json.gz"
+    p.write_bytes(bytes(raw))
+    c = _read(p)  # never raises
+    assert c.rows_rejected >= 1
+    assert 22 * 100 < c.lines < 22 * 600  # the events before the corruption were kept
+    assert c.lines == c.rows_ok + c.rows_rejected + c.rows_skipped

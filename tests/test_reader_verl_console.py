@@ -27,16 +27,23 @@ AGENTIC_60 = "verl_agentic_open-agentrl/run-20251130_144822-gjvwlq13/files/outpu
 class Read:
     """Everything the reader emitted for one file, concatenated, with the accounting checked."""
 
-    def __init__(self, path: Path, batch_lines: int | None = None) -> None:
-        reader = VerlConsoleReader() if batch_lines is None else VerlConsoleReader(batch_lines=batch_lines)
+    def __init__(self, path: Path, **reader_args: int) -> None:
+        reader = VerlConsoleReader(**reader_args)
         chunks: list[Chunk] = list(reader.read(FileContext("r", path, path.name, RunManifest())))
-        self.acc = {k: sum(getattr(c, k) for c in chunks) for k in ("lines", "rows_ok", "rows_rejected", "rows_skipped")}
+        self.acc = {
+            k: sum(getattr(c, k) for c in chunks)
+            for k in ("lines", "rows_ok", "rows_rejected", "rows_skipped")
+        }
         assert self.acc["rows_ok"] + self.acc["rows_rejected"] + self.acc["rows_skipped"] == self.acc["lines"]
         assert self.acc["lines"] == count_lines(path)
         sms = [c.tables["step_metrics"] for c in chunks if "step_metrics" in c.tables]
         self.sm = pl.concat(sms).sort("line_no", "raw_metric") if sms else pl.DataFrame()
         rej = [c.rejects for c in chunks if c.rejects is not None]
-        self.rej = pl.concat(rej).sort("line_no", "reason") if rej else pl.DataFrame(schema={"line_no": pl.Int64, "reason": pl.String, "raw": pl.String})
+        self.rej = (
+            pl.concat(rej).sort("line_no", "reason")
+            if rej
+            else pl.DataFrame(schema={"line_no": pl.Int64, "reason": pl.String, "raw": pl.String})
+        )
         attrs = [c.tables["steps"] for c in chunks if "steps" in c.tables]
         self.attrs = pl.concat(attrs).sort("step") if attrs else pl.DataFrame()
 
@@ -59,6 +66,8 @@ def _wc_l(path: Path) -> int:
         ("\x1b[2m\x1b[36m(main_task pid=1)\x1b[0m step:0 - test_score/openai/gsm8k:0.521\n", True),
         ("wandb: Tracking run\nstep:1 - global_seqlen/min:238933 - actor/pg_loss:np.float64(0.03)\n", True),
         ("2025-03-01 10:00:00,500 INFO step:120 - timing_s/gen:10.0\n", True),
+        ("2025-01-01 10:00:00,001 - INFO - step:5 - timing_s/gen:1.0\n", True),
+        ("2025-01-01 10:00:00,001 - trainer - step:5 - timing_s/gen:1.0\n", False),
         # verl's start-up config dump, before any step line reached the 64 KiB head
         ("\x1b[36m(TaskRunner pid=38606)\x1b[0m {'actor_rollout_ref': {'actor': {'clip_ratio': 0.2,\n", True),
         ("actor_rollout_ref:\n  actor:\n    clip_ratio: 0.2\n", False),  # a YAML config is not a log
@@ -131,7 +140,11 @@ def test_cut_at_4096_keeps_complete_pairs_and_records_the_lost_tail() -> None:
     assert "val-aux/aime_2024/score/best@55/mean" not in cut["metric"].to_list()
     assert r.value(10, "val-aux/aime_2024/score/best@54/mean") == pytest.approx(0.005459216666666662)
     assert r.rej.rows() == [
-        (2, "line truncated at 4096 chars: partial pair dropped", "val-aux/aime_2024/score/best@55/mean:np.float64(0.00555921666")
+        (
+            2,
+            "line truncated at 4096 chars: partial pair dropped",
+            "val-aux/aime_2024/score/best@55/mean:np.float64(0.00555921666",
+        )
     ]
     assert r.attrs.rows() == [(9, None, False), (10, None, True), (11, None, False)]
     # the neighbours are untouched
@@ -144,7 +157,11 @@ def test_resumed_from_step_120_with_timestamp_prefix() -> None:
     assert r.sm["step"].unique().sort().to_list() == [120, 121, 122]
     ts = r.attrs.select("step", pl.col("ts").dt.strftime("%Y-%m-%d %H:%M:%S%.3f")).rows()
     # "2025-03-01 10:00:00,500 INFO", "... 10:00:16,750 INFO", ISO "2025-03-01T10:00:33.125"
-    assert ts == [(120, "2025-03-01 10:00:00.500"), (121, "2025-03-01 10:00:16.750"), (122, "2025-03-01 10:00:33.125")]
+    assert ts == [
+        (120, "2025-03-01 10:00:00.500"),
+        (121, "2025-03-01 10:00:16.750"),
+        (122, "2025-03-01 10:00:33.125"),
+    ]
     assert str(r.attrs.schema["ts"]) == "Datetime(time_unit='us', time_zone='UTC')"
 
 
@@ -152,7 +169,11 @@ def test_validation_only_line_is_flagged_per_metric() -> None:
     r = Read(FIX / "validation_only_line.log")
     assert r.acc == {"lines": 4, "rows_ok": 4, "rows_rejected": 0, "rows_skipped": 0}
     flags = dict(zip(r.sm["raw_metric"], r.sm["is_validation"], strict=True))
-    assert flags["test_score/openai/gsm8k"] and flags["val/test_score/openai/gsm8k"] and flags["val-core/acc/mean@1"]
+    assert (
+        flags["test_score/openai/gsm8k"]
+        and flags["val/test_score/openai/gsm8k"]
+        and flags["val-core/acc/mean@1"]
+    )
     assert not flags["timing/gen"] and not flags["critic/score/mean"]
     # line 1 holds only validation metrics: a validation line
     assert r.sm.filter(pl.col("line_no") == 1)["is_validation"].all()
@@ -217,9 +238,11 @@ def test_binary_file_is_unreadable() -> None:
 
 @pytest.mark.parametrize("name", ["ansi_ray_prefix.log", "malformed_step_line.log", "cut_at_4096.log"])
 def test_batch_size_does_not_change_the_result(name: str) -> None:
-    whole, tiny = Read(FIX / name), Read(FIX / name, batch_lines=1)
-    assert whole.acc == tiny.acc
-    assert whole.sm.equals(tiny.sm) and whole.rej.equals(tiny.rej)
+    whole = Read(FIX / name)
+    for args in ({"batch_lines": 1}, {"batch_lines": 1, "max_workers": 1}):  # threaded and not
+        tiny = Read(FIX / name, **args)
+        assert whole.acc == tiny.acc
+        assert whole.sm.equals(tiny.sm) and whole.rej.equals(tiny.rej) and whole.attrs.equals(tiny.attrs)
 
 
 # ---------------------------------------------------------------------------- line streamer
@@ -242,7 +265,11 @@ def test_line_numbering(tmp_path: Path, data: bytes, lines: list[str], gz: bool)
     path.write_bytes(gzip.compress(data) if gz else data)
     for batch_lines, block in ((1, 2), (1000, 1 << 20)):
         batches = list(iter_line_batches(path, batch_lines, block_bytes=block))
-        got = pl.concat([b.lines for b in batches]) if batches else pl.DataFrame(schema={"line_no": pl.Int64, "line": pl.String})
+        got = (
+            pl.concat([b.lines for b in batches])
+            if batches
+            else pl.DataFrame(schema={"line_no": pl.Int64, "line": pl.String})
+        )
         assert got["line"].to_list() == lines
         assert got["line_no"].to_list() == list(range(1, len(lines) + 1))
         assert sum(b.n_lines for b in batches) == len(lines) == count_lines(path)
@@ -369,3 +396,22 @@ def test_real_agentic_second_run(real_file) -> None:
     assert r.acc["rows_ok"] == 60 and r.acc["rows_rejected"] == 0
     training = r.sm.filter(~pl.col("is_validation"))["step"].unique().sort().to_list()
     assert training == list(range(1, 60))
+
+
+@pytest.mark.real_logs
+@pytest.mark.parametrize("rel", [QWEN, GEMMA, GUI, AGENTIC, AGENTIC_60])
+def test_real_logs_are_detected_as_verl_console(real_file, rel: str) -> None:
+    path = real_file(rel)
+    reader = detect(path, read_head(path))
+    assert reader is not None and reader.name == "verl_console"
+
+
+def test_python_logging_prefixes() -> None:
+    r = Read(FIX / "python_logging_prefix.log")
+    # by hand: lines 1 ("ts - INFO - step:5"), 3 ("[ts] [INFO] step:6"), 4 ("ts | WARNING | step:7")
+    # are step lines; 2 has no "step:"; 5 ("ts - trainer - step:8": a logger name is not an
+    # accepted prefix) is skipped by the strict prefix rule
+    assert r.acc == {"lines": 5, "rows_ok": 3, "rows_rejected": 0, "rows_skipped": 2}
+    assert r.value(5, "timing_s/step") == 2.0 and r.value(6, "timing_s/gen") == 1.5
+    ts = r.attrs.select("step", pl.col("ts").dt.strftime("%H:%M:%S%.3f")).rows()
+    assert ts == [(5, "10:00:00.001"), (6, "10:00:04.000"), (7, "10:00:06.000")]

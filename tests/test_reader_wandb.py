@@ -88,9 +88,17 @@ def test_history_and_gpu_stats(needs_wandb) -> None:
     g = c.tables["gpu_samples"]
     # 2 stats records x 2 GPUs x 5 fields; host metrics and gpu.process.* are not GPU samples
     assert g.height == 20
-    assert sorted(g["metric"].unique().to_list()) == ["gpu_util_pct", "mem_used_mib", "memoryAllocated", "power_w", "temp_gpu_c"]
+    assert sorted(g["metric"].unique().to_list()) == [
+        "gpu_util_pct",
+        "mem_used_mib",
+        "memoryAllocated",
+        "power_w",
+        "temp_gpu_c",
+    ]
     assert g.filter(pl.col("metric") == "mem_used_mib")["value"].unique().to_list() == [2048.0]  # 2 GiB
-    assert g.filter(pl.col("gpu") == "1", pl.col("metric") == "gpu_util_pct").sort("ts")["value"].to_list() == [20.0, 96.0]
+    assert g.filter(pl.col("gpu") == "1", pl.col("metric") == "gpu_util_pct").sort("ts")[
+        "value"
+    ].to_list() == [20.0, 96.0]
     assert g["host"].unique().to_list() == ["history_gpu_stats_personal"]
 
 

@@ -124,22 +124,28 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     if args.command == "fidelity":
-        from analyses.fit.data import load_run, runs_with_samples
-        from analyses.fit.fidelity import fidelity
+        from analyses.fit.data import load_run, runs_with_samples, runs_with_steps
+        from analyses.fit.fidelity import fidelity, step_time_only
 
         root = _warehouse(args)
         if not root.exists():
             raise UsageError(f"warehouse {root} does not exist (run `polytrace ingest` first)")
         have = runs_with_samples(root)
-        runs = have if args.all else list(args.runs)
+        timed = runs_with_steps(root)
+        runs = sorted(set(have) | set(timed)) if args.all else list(args.runs)
         if not runs:
             raise UsageError("give RUN... or --all")
-        missing = [r for r in runs if r not in have]
+        missing = [r for r in runs if r not in have and r not in timed]
         if missing:
-            raise UsageError(f"no per-sample lengths for run(s): {', '.join(missing)}")
+            raise UsageError(f"neither per-sample lengths nor step times for run(s): {', '.join(missing)}")
         if args.seeds < 1:
             raise UsageError("--seeds must be >= 1")
-        results = [fidelity(load_run(root, r), seeds=tuple(range(args.seeds))) for r in runs]
+        results = []
+        for r in runs:
+            f = load_run(root, r)
+            res = fidelity(f, seeds=tuple(range(args.seeds))) if r in have else step_time_only(f)
+            if res is not None:
+                results.append(res)
         if args.format == "json":
             out = [{k: v for k, v in r.items() if k != "real_per_step"} for r in results]
             sys.stdout.write(json.dumps(out if len(out) > 1 else out[0], indent=1) + "\n")
@@ -165,6 +171,8 @@ def fidelity_table(results: list[dict[str, Any]]) -> str:
     """A plain-text table: one line per run, ours beside the baseline, then per-statistic errors."""
     head = f"{'run':<18} {'split':<13} {'held-out':<10} {'ours %':>7} {'base %':>7}  {'1-replay ours/base':>18}  {'level ours/base':>15}"
     lines = [head, "-" * len(head)]
+    timed = [r for r in results if r.get("step_time_model")]
+    results = [r for r in results if "accuracy_pct" in r]
     for r in results:
         ho = f"{len(r['heldout_steps'])} steps"
         lines.append(
@@ -179,4 +187,14 @@ def fidelity_table(results: list[dict[str, Any]]) -> str:
 
         lines.append(f"{'mean':<18} {'':<13} {'':<10} {statistics.fmean(r['accuracy_pct'] for r in results):>7.1f} "
                      f"{statistics.fmean(r['baseline_accuracy_pct'] for r in results):>7.1f}")
+    if timed:
+        lines.append("")
+        lines.append("step-time model (time = a + b*tokens + c*longest response; fitted on the first 2/3 of steps), accuracy %:")
+        lines.append(f"{'run':<54} {'target':<12} {'real wl':>8} {'gen wl':>8} {'trainmean':>9}")
+        for r in timed:
+            for t in ("gen_time_s", "step_time_s"):
+                m = r["step_time_model"].get(t)
+                if m:
+                    lines.append(f"{r['run_id'][:54]:<54} {t:<12} {m['accuracy_from_real_workload_pct']:>8.1f} "
+                                 f"{m['accuracy_from_generated_workload_pct']:>8.1f} {m['baseline_mean_accuracy_pct']:>9.1f}")
     return "\n".join(lines)

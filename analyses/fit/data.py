@@ -56,6 +56,12 @@ def load_run(root: Path, run_id: str) -> RunFrames:
     )
 
 
+def runs_with_steps(root: Path) -> list[str]:
+    """Runs with a step log that has generation times (candidates for the step-time model)."""
+    df = scan_table(root, "steps").filter(pl.col("gen_time_s").is_not_null()).select("run_id").unique().collect()
+    return sorted(df["run_id"].to_list())
+
+
 def runs_with_samples(root: Path) -> list[str]:
     """Runs that have per-sample lengths (the ones a workload can be fitted to)."""
     df = scan_table(root, "samples").filter(pl.col("response_tokens").is_not_null()).select("run_id").unique().collect()

@@ -166,9 +166,15 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
         base_stats.append(step_statistics(b, multi, has_ranks))
     ours = _scores(real, ours_stats, names)
     bl = _scores(real, base_stats, names)
+    step_model = None
+    if frames.steps is not None and frames.steps.height:
+        from analyses.fit.stepmodel import step_time_fidelity
+
+        step_model = step_time_fidelity(frames.steps, train_fraction)
     return {
         "run_id": frames.run_id,
         "task": wl["task"],
+        "step_time_model": step_model,
         "split": sp.mode,
         "train_steps": sp.train_steps,
         "heldout_steps": sp.heldout_steps,
@@ -192,3 +198,13 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
         "model": {"response_family": wl["variables"]["response_tokens"].get("family") or wl["variables"]["response_tokens"]["kind"],
                   "joint": wl["joint"].get("selected"), "drift": wl["drift"]["kind"]},
     }
+
+
+def step_time_only(frames: RunFrames, train_fraction: float = TRAIN_FRACTION) -> dict[str, Any] | None:
+    """For a run with a step log but no per-sample lengths: only the step-time model."""
+    from analyses.fit.stepmodel import step_time_fidelity
+
+    if frames.steps is None or frames.steps.height == 0:
+        return None
+    m = step_time_fidelity(frames.steps, train_fraction)
+    return None if m is None else {"run_id": frames.run_id, "task": frames.task, "step_time_model": m}

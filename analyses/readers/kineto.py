@@ -44,6 +44,7 @@ from analyses.kineto_breakdown import assign_steps, has_sub_us, hta_round, kerne
 from analyses.readers.base import Chunk, FileContext, UnreadableFile, rejects_frame
 
 READ_BYTES = 4 << 20  # compressed bytes per read
+FEED_BYTES = 64 << 10  # compressed bytes per decompress call: corrupt data loses only its slice
 CHUNK_BYTES = 16 << 20  # decompressed bytes per structural scan (~4x that in scratch)
 MAX_META_BYTES = 64 << 20  # cap on text kept outside traceEvents (head/tail metadata)
 
@@ -66,8 +67,9 @@ _Q, _BS, _LB, _RB, _LS, _RS, _COMMA = 34, 92, 123, 125, 91, 93, 44
 
 def _decompressed_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[tuple[bytes, bool]]:
     """Yield (bytes, cut) chunks of the file's content, at most ``size`` bytes each; a final
-    ``(b"", True)`` says a gzip stream ended before its end marker. Concatenated gzip members
-    are read in turn; zero padding after the last member is ignored."""
+    ``(b"", True)`` says a gzip stream ended before its end marker or turned corrupt (what
+    decompressed before that is kept). Concatenated gzip members are read in turn; zero
+    padding after the last member is ignored."""
     with open(path, "rb") as fh:
         magic = fh.read(2)
         fh.seek(0)
@@ -75,28 +77,44 @@ def _decompressed_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[tuple[
             while block := fh.read(size):
                 yield block, False
             return
-        d, fed = zlib.decompressobj(wbits=31), False
+        gz = _Gunzip(size)
         while raw := fh.read(READ_BYTES):
-            data = raw
-            while True:
-                try:
-                    out = d.decompress(data, size)
-                except zlib.error as exc:
-                    raise UnreadableFile(f"corrupt gzip stream: {exc}") from exc
-                fed = True
-                if out:
-                    yield out, False
-                if d.eof:
-                    data = d.unused_data
-                    d, fed = zlib.decompressobj(wbits=31), False
-                    if not data.strip(b"\x00"):
-                        break
-                    continue
-                data = d.unconsumed_tail
-                if not data and len(out) < size:
-                    break
-        if fed and not d.eof:
+            for at in range(0, len(raw), FEED_BYTES):
+                yield from ((out, False) for out in gz.feed(raw[at : at + FEED_BYTES]))
+                if gz.corrupt:
+                    yield b"", True
+                    return
+        if gz.started and not gz.d.eof:
             yield b"", True
+
+
+class _Gunzip:
+    """Incremental gzip decoding with bounded output per call."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.d = zlib.decompressobj(wbits=31)
+        self.started = False  # the current member has received input
+        self.corrupt = False
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        try:
+            while True:
+                out = self.d.decompress(data, self.size)
+                self.started = True
+                if out:
+                    yield out
+                if self.d.eof:  # member done; what follows is another member or padding
+                    data = self.d.unused_data
+                    self.d, self.started = zlib.decompressobj(wbits=31), False
+                    if not data.strip(b"\x00"):
+                        return
+                    continue
+                data = self.d.unconsumed_tail
+                if not data and len(out) < self.size:
+                    return
+        except zlib.error:
+            self.corrupt = True
 
 
 @dataclass
@@ -165,7 +183,7 @@ class _Split:
                     raise UnreadableFile("no traceEvents array in the first 64 MB: not a Kineto trace")
                 return []
             rest = bytes(self.head[pos:])
-            del self.head[self._key_at:]
+            del self.head[self._key_at :]
             self.phase = "events"
             data = rest
         return self._events(self.carry + data)
@@ -262,7 +280,11 @@ def _parse_block(block: bytes, first_event_no: int) -> tuple[pl.DataFrame, list[
             good.append(line)
         except ValueError as exc:
             bad.append((first_event_no + i, f"bad_event_json: {exc}", line[:500].decode("utf-8", "replace")))
-    df = pl.read_ndjson(io.BytesIO(b"\n".join(good)), schema=_EVENT_SCHEMA, ignore_errors=True) if good else pl.DataFrame(schema=_EVENT_SCHEMA)
+    df = (
+        pl.read_ndjson(io.BytesIO(b"\n".join(good)), schema=_EVENT_SCHEMA, ignore_errors=True)
+        if good
+        else pl.DataFrame(schema=_EVENT_SCHEMA)
+    )
     return df, bad
 
 
@@ -274,10 +296,17 @@ def _select(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
         device=pl.col("args").struct.field("device").cast(pl.Int64, strict=False),
         has_stream=pl.col("args").struct.field("stream").is_not_null(),
     )
-    x = a.filter((pl.col("ph") == "X") & pl.col("dur").is_not_null() & pl.col("ts").is_not_null() & pl.col("cat").is_not_null())
-    steps = x.filter(~pl.col("has_stream") & pl.col("name").str.contains(_STEP_RE)).select(
-        step=pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int64), ts="ts", dur="dur"
+    x = a.filter(
+        (pl.col("ph") == "X")
+        & pl.col("dur").is_not_null()
+        & pl.col("ts").is_not_null()
+        & pl.col("cat").is_not_null()
     )
+    # the CPU-side ProfilerStep; newer traces also mirror it on the GPU timeline
+    # (gpu_user_annotation), which must not count as a second window
+    steps = x.filter(
+        ~pl.col("has_stream") & ~pl.col("cat").str.starts_with("gpu_") & pl.col("name").str.contains(_STEP_RE)
+    ).select(step=pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int64), ts="ts", dur="dur")
     gpu = x.filter((pl.col("stream") >= 0) & (pl.col("correlation") >= 0)).select(
         "ts", "dur", "correlation", "stream", "device", kind=kernel_kind(pl.col("name"))
     )
@@ -308,15 +337,38 @@ def load_rank_events(path: Path, chunk_bytes: int = CHUNK_BYTES, rounding: str =
     if split.phase == "head":
         raise UnreadableFile("no traceEvents array found: not a Kineto trace, or cut before its events")
     truncated = cut or split.phase == "events"
-    s = pl.concat(steps) if steps else pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Float64, "dur": pl.Float64})
-    g = pl.concat(gpu) if gpu else pl.DataFrame(schema={"ts": pl.Float64, "dur": pl.Float64, "correlation": pl.Int64, "stream": pl.Int64, "device": pl.Int64, "kind": pl.String})
+    s = (
+        pl.concat(steps)
+        if steps
+        else pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Float64, "dur": pl.Float64})
+    )
+    g = (
+        pl.concat(gpu)
+        if gpu
+        else pl.DataFrame(
+            schema={
+                "ts": pl.Float64,
+                "dur": pl.Float64,
+                "correlation": pl.Int64,
+                "stream": pl.Int64,
+                "device": pl.Int64,
+                "kind": pl.String,
+            }
+        )
+    )
     la = pl.concat(launches) if launches else pl.DataFrame(schema={"ts": pl.Float64, "correlation": pl.Int64})
     if rounding == "hta" and any(has_sub_us(f["ts"]) for f in (s, g, la)):
         s, g, la = hta_round(s), hta_round(g), hta_round(la)
     return RankEvents(
-        steps=s, gpu=g, launches=la, metadata=split.metadata(),
-        n_events=split.n_events, n_kept=s.height + g.height + la.height, truncated=truncated,
-        partial=split.partial(), bad_blocks=bad,
+        steps=s,
+        gpu=g,
+        launches=la,
+        metadata=split.metadata(),
+        n_events=split.n_events,
+        n_kept=s.height + g.height + la.height,
+        truncated=truncated,
+        partial=split.partial(),
+        bad_blocks=bad,
     )
 
 
@@ -339,7 +391,11 @@ class KinetoTraceReader:
         return (
             h.startswith("{")
             and re.search(r'"traceEvents"\s*:\s*\[', h) is not None
-            and (re.search(r'"schemaVersion"\s*:', h) is not None or "ProfilerStep#" in h or '"cat": "kernel"' in h)
+            and (
+                re.search(r'"schemaVersion"\s*:', h) is not None
+                or "ProfilerStep#" in h
+                or '"cat": "kernel"' in h
+            )
         )
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
@@ -347,16 +403,33 @@ class KinetoTraceReader:
         rank = rank_of(ev.metadata, ctx.path)
         rej_rows = list(ev.bad_blocks)
         if ev.truncated:
-            rej_rows.append((ev.n_events + 1, "truncated_trace: file ends inside traceEvents (cut write or truncated gzip); complete events before the cut kept",
-                             ev.partial[:500].decode("utf-8", "replace")))
-        g = assign_steps(ev.gpu, ev.launches, ev.steps) if ev.gpu.height else ev.gpu.with_columns(launch_ts=pl.lit(None, pl.Float64), step=pl.lit(None, pl.Int64))
-        rows = step_rows(g, ev.steps) if ev.steps.height else pl.DataFrame(schema={"step": pl.Int64, "phase": pl.String, "seconds": pl.Float64})
+            rej_rows.append(
+                (
+                    ev.n_events + 1,
+                    "truncated_trace: file ends inside traceEvents (cut write, truncated or corrupt gzip); complete events before the cut kept",
+                    ev.partial[:500].decode("utf-8", "replace"),
+                )
+            )
+        g = (
+            assign_steps(ev.gpu, ev.launches, ev.steps)
+            if ev.gpu.height
+            else ev.gpu.with_columns(launch_ts=pl.lit(None, pl.Float64), step=pl.lit(None, pl.Int64))
+        )
+        rows = (
+            step_rows(g, ev.steps)
+            if ev.steps.height
+            else pl.DataFrame(schema={"step": pl.Int64, "phase": pl.String, "seconds": pl.Float64})
+        )
         rows = rows.with_columns(rank=pl.lit(rank, dtype=pl.Int64), source=pl.lit(self.name))
         lines = ev.n_events + (1 if ev.truncated else 0)
         rejected = len(rej_rows)
         yield Chunk(
             tables={"rank_times": rows} if rows.height else {},
-            rejects=rejects_frame([r[0] for r in rej_rows], [r[1] for r in rej_rows], [r[2] for r in rej_rows]) if rej_rows else None,
+            rejects=rejects_frame(
+                [r[0] for r in rej_rows], [r[1] for r in rej_rows], [r[2] for r in rej_rows]
+            )
+            if rej_rows
+            else None,
             lines=lines,
             rows_ok=ev.n_kept,
             rows_rejected=rejected,

@@ -35,13 +35,22 @@ Line rule (documented, counted in ``source_files``):
 
 So ``rows_ok + rows_rejected + rows_skipped == lines`` counts *lines*, while ``rejects`` may hold
 more rows than ``rows_rejected``: the pair-level and truncation rows describe data lost from lines
-that were still parsed (``source_files.rows_rejected`` counts whole lines only).
+that were still parsed (``source_files.rows_rejected`` counts whole lines only). Every parsed line
+also yields a ``steps`` attribute row ``(step, ts, truncated_line)``.
+
+How: :func:`analyses.readers.lines.iter_line_batches` streams the file and lets only lines holding
+the literal ``step:`` out of Polars' scanner (the others are counted, never materialized); each
+batch of those is parsed with Polars expressions only — split on `` - ``, explode, ``splitn`` on
+the first ``:``, a float cast with a regex fallback for reprs; names are canonicalized and
+validation-flagged once per distinct key. Memory is bounded by one batch of step lines.
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -57,11 +66,11 @@ BATCH_STEP_LINES = 8192
 
 _ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 _TS = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
-# what may precede "step:" on a step line (ANSI already stripped): [ts] [LEVEL] [sep] [(name pid=N)]
-_PREFIX = (
-    rf"^\s*(?:\[?(?P<ts>{_TS})\]?(?:\s+(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL))?[\s|:-]*)?"
-    r"(?:\([^()]*pid=\d+[^()]*\)\s*)?$"
-)
+_LEVEL = r"\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?"
+# what may precede "step:" on a step line (ANSI stripped): [ts] [sep] [LEVEL] [sep] [(name pid=N)],
+# e.g. "2024-12-10 06:50:29,276 INFO ", "2025-01-01 10:00:00,001 - INFO - ", "(main_task pid=54569) "
+_PREFIX_BODY = rf"\s*(?:\[?{_TS}\]?[\s|:-]*(?:{_LEVEL}[\s|:-]*)?)?(?:\([^()\n]*pid=\d+[^()\n]*\)\s*)?"
+_PREFIX = rf"^{_PREFIX_BODY}$"
 _NUMPY_REPR = r"^(?:np|numpy)\.(?:float|int|uint)\d*\((.*)\)$"
 _BOOLS = {"True": "1", "False": "0", "np.True_": "1", "np.False_": "0"}
 _PAIR_SEP = " - "
@@ -69,9 +78,7 @@ _STEP_KW = "step:"
 _OLD_TIMING, _NEW_TIMING = "timing/", "timing_s/"  # what canonical_metric renames (checked per batch)
 
 _SNIFF_ANSI = re.compile(_ANSI)
-_SNIFF_STEP = re.compile(
-    rf"^\s*(?:\[?{_TS}\]?\S*\s+\S*\s*)?(?:\([^()\n]*pid=\d+[^()\n]*\)\s*)?step:\d+ - [^\s:]+:\S", re.M
-)
+_SNIFF_STEP = re.compile(rf"^{_PREFIX_BODY}step:\d+ - [^\s:]+:\S", re.M)
 # verl prints its whole OmegaConf config as a Python dict at start-up
 _SNIFF_CONFIG = re.compile(r"\{'actor_rollout_ref': \{")
 
@@ -83,9 +90,12 @@ class VerlConsoleReader:
 
     name = "verl_console"
 
-    def __init__(self, batch_lines: int = BATCH_STEP_LINES, cut_chars: int = CONSOLE_CUT_CHARS) -> None:
+    def __init__(
+        self, batch_lines: int = BATCH_STEP_LINES, cut_chars: int = CONSOLE_CUT_CHARS, max_workers: int = 2
+    ) -> None:
         self.batch_lines = batch_lines
         self.cut_chars = cut_chars
+        self.max_workers = max_workers
 
     def sniff(self, head: str, path: Path) -> bool:
         text = _SNIFF_ANSI.sub("", head) if "\x1b" in head else head
@@ -93,8 +103,22 @@ class VerlConsoleReader:
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         # only lines containing "step:" leave the line scanner; the rest are counted as skipped
-        for batch in iter_line_batches(ctx.path, self.batch_lines, contains=_STEP_KW):
-            yield parse_batch(batch.lines, self.cut_chars, n_lines=batch.n_lines)
+        batches = iter_line_batches(ctx.path, self.batch_lines, contains=_STEP_KW)
+        workers = min(self.max_workers, pl.thread_pool_size())
+        if workers <= 1:
+            for batch in batches:
+                yield parse_batch(batch.lines, self.cut_chars, n_lines=batch.n_lines)
+            return
+        # most of parse_batch runs single-threaded eager kernels that release the GIL, so batches
+        # are parsed on `workers` threads (in flight: at most `workers`, results in file order)
+        with ThreadPoolExecutor(workers) as pool:
+            pending: deque[Future[Chunk]] = deque()
+            for batch in batches:
+                pending.append(pool.submit(parse_batch, batch.lines, self.cut_chars, batch.n_lines))
+                if len(pending) >= workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
 
 
 def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines: int | None = None) -> Chunk:
@@ -109,7 +133,8 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
     if lines.height == 0:
         return Chunk(lines=n_lines, rows_skipped=n_skipped)
 
-    bad_head = lines.filter(~pl.col("step_ok") | (pl.col("n_parts") < 2))
+    has_pairs = pl.col("n_parts") >= pl.col("k") + 2
+    bad_head = lines.filter(~pl.col("step_ok") | ~has_pairs)
     line_rejects = bad_head.select(
         "line_no",
         reason=pl.when(~pl.col("step_ok"))
@@ -117,12 +142,12 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
         .otherwise(pl.lit("malformed step line: no ' - key:value' pairs after step:N")),
         raw=pl.col("line"),
     )
-    lines = lines.filter(pl.col("step_ok") & (pl.col("n_parts") >= 2))
+    lines = lines.filter(pl.col("step_ok") & has_pairs)
     # a cut line: its last pair may be partial, so it is dropped (and said so in rejects)
     trunc_tail = lines.filter(pl.col("truncated")).select(
         "line_no", reason=pl.lit(_TRUNC_REASON.format(cut_chars)), raw=pl.col("parts").list.last()
     )
-    n_pairs = pl.col("n_parts") - 1 - pl.col("truncated").cast(pl.Int64)
+    n_pairs = pl.col("n_parts") - 1 - pl.col("k") - pl.col("truncated").cast(pl.Int64)
     lines = lines.select(
         "line_no",
         "line",
@@ -130,18 +155,21 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
         "truncated",
         pl.col("token").str.strip_chars_end().cast(pl.Int64).alias("step"),
         "parts",
+        "k",
         n_pairs.alias("n_pairs"),
+        # where each line's parts start once exploded
+        (pl.col("n_parts").cum_sum() - pl.col("n_parts")).alias("start"),
     )
-    # explode whole lines, then drop each line's head (and a cut line's partial last pair): rows
-    # of one line are contiguous, so a shift finds them, cheaper than slicing every list
-    first = pl.col("line_no") != pl.col("line_no").shift(1, fill_value=-1)
+    # explode whole lines, then drop each line's head parts (and a cut line's partial last pair)
+    # by position: cheaper than slicing every list
+    pos = pl.int_range(pl.len(), dtype=pl.Int64) - pl.col("start")
     last = pl.col("line_no") != pl.col("line_no").shift(-1, fill_value=-1)
     pairs = _parse_pairs(
         lines.lazy()
-        .select("line_no", "step", "truncated", pl.col("parts").alias("pair"))
+        .select("line_no", "step", "truncated", "k", "start", pl.col("parts").alias("pair"))
         .explode("pair")
-        .filter(~first & ~(last & pl.col("truncated")))
-        .drop("truncated")
+        .filter((pos > pl.col("k")) & ~(last & pl.col("truncated")))
+        .drop("truncated", "k", "start")
     )
     lines = lines.drop("parts")
 
@@ -161,21 +189,29 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
     good_lines = lines.filter(alive) if dead.height else lines
     pair_rejects = bad_pairs.filter(alive).select(
         "line_no",
-        reason=pl.format("non-numeric pair dropped, rest of line kept: key '{}'", pl.col("key").str.slice(0, 80)),
+        reason=pl.format(
+            "non-numeric pair dropped, rest of line kept: key '{}'", pl.col("key").str.slice(0, 80)
+        ),
         raw=pl.col("pair"),
     )
     trunc_tail = trunc_tail.filter(alive)
 
-    tables: dict[str, pl.DataFrame] = {"step_metrics": _metric_rows(pairs.filter(pl.col("value").is_not_null()))}
+    tables: dict[str, pl.DataFrame] = {
+        "step_metrics": _metric_rows(pairs.filter(pl.col("value").is_not_null()))
+    }
     # one attribute row per parsed line, so that steps.truncated_line is a definite False (not
     # unknown) for every step whose line was read whole
     if good_lines.height:
-        tables["steps"] = good_lines.select("step", ts=_ts_expr(pl.col("ts")), truncated_line=pl.col("truncated"))
+        tables["steps"] = good_lines.select(
+            "step", ts=_ts_expr(pl.col("ts")), truncated_line=pl.col("truncated")
+        )
 
     rej = pl.concat([line_rejects, dead_rejects, pair_rejects, trunc_tail], how="vertical_relaxed")
     return Chunk(
         tables=tables,
-        rejects=rejects_frame(rej["line_no"], rej["reason"], rej["raw"]).sort("line_no") if rej.height else None,
+        rejects=rejects_frame(rej["line_no"], rej["reason"], rej["raw"]).sort("line_no")
+        if rej.height
+        else None,
         lines=n_lines,
         rows_ok=good_lines.height,
         rows_rejected=line_rejects.height + dead_rejects.height,
@@ -184,26 +220,28 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
 
 
 def _step_lines(batch: pl.DataFrame, cut_chars: int) -> pl.DataFrame:
-    """The batch's step lines: ``line_no, line, ts, truncated, token, step_ok, parts, n_parts``.
+    """The batch's step lines: ``line_no, line, ts, truncated, token, step_ok, parts, n_parts, k``.
 
-    ``parts`` is the line split on `` - ``: first the head (``<prefix>step:<token>``), then the
-    pairs. Only the short head is cleaned of ANSI and checked, never the long tail of pairs.
+    ``parts`` is the line split on `` - ``; parts ``0..k`` are the head (``<prefix>step:<token>``;
+    ``k > 0`` only when the prefix itself holds `` - ``, as in ``%(asctime)s - %(levelname)s - ``),
+    the rest are the pairs. Only the short prefix is cleaned of ANSI and checked, never the long
+    tail of pairs.
     """
-    head = pl.col("parts").list.first().str.replace_all(_ANSI, "")
-    at = pl.col("head").str.find(_STEP_KW, literal=True)
+    at = pl.col("line").str.find(_STEP_KW, literal=True)
     # `at` is a byte offset and str.slice counts characters; they agree on every valid prefix
     # (ASCII), and a non-ASCII prefix over-extends the slice so that the prefix test fails: skipped
+    raw_prefix = pl.col("line").str.slice(0, pl.col("at"))
+    # the step token: up to the next " - " (40 chars are plenty for an integer step)
+    token = pl.col("line").str.slice(pl.col("at") + len(_STEP_KW), 40).str.split(_PAIR_SEP).list.first()
     lines = (
         batch.lazy()
         .filter(pl.col("line").str.contains(_STEP_KW, literal=True))  # no-op when prefiltered
-        .with_columns(pl.col("line").str.split(_PAIR_SEP).alias("parts"))
-        .with_columns(head.alias("head"))
         .with_columns(at.alias("at"))
-        .with_columns(pl.col("head").str.slice(0, pl.col("at")).alias("prefix"))
+        .with_columns(raw_prefix.str.replace_all(_ANSI, "").alias("prefix"), token.alias("token"))
         .filter(pl.col("prefix").str.contains(_PREFIX))
-        .with_columns(pl.col("head").str.slice(pl.col("at") + len(_STEP_KW)).alias("token"))
         # "step:" then blank ("Next step: ..." after a Ray prefix) is prose, not a step line
         .filter((pl.col("token").str.len_bytes() > 0) & ~pl.col("token").str.contains(r"^\s"))
+        .with_columns(pl.col("line").str.split(_PAIR_SEP).alias("parts"))
         .select(
             "line_no",
             "line",
@@ -213,9 +251,10 @@ def _step_lines(batch: pl.DataFrame, cut_chars: int) -> pl.DataFrame:
             pl.col("token").str.contains(r"^\d{1,18}\s*$").alias("step_ok"),
             "parts",
             pl.col("parts").list.len().alias("n_parts"),
+            raw_prefix.str.count_matches(_PAIR_SEP, literal=True).alias("k"),
         )
     )
-    return lines.collect()
+    return lines.collect(engine="streaming")
 
 
 def _parse_pairs(pairs: pl.LazyFrame) -> pl.DataFrame:
@@ -270,7 +309,9 @@ def _canonical_per_row(keys: pl.DataFrame, any_renamed: bool) -> pl.Expr:
 
 
 def _metric_rows(good: pl.DataFrame) -> pl.DataFrame:
-    return good.select("step", "metric", "value", pl.col("key").alias("raw_metric"), "is_validation", "line_no")
+    return good.select(
+        "step", "metric", "value", pl.col("key").alias("raw_metric"), "is_validation", "line_no"
+    )
 
 
 def _value_expr(v: pl.Expr) -> pl.Expr:

@@ -49,7 +49,7 @@ HEADER = MAGIC + struct.pack("<HB", 0xBEE1, 0)
 BLOCK = 32768
 REC_HEADER = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-RECORDS_PER_CHUNK = 20_000
+RECORDS_PER_CHUNK = 5_000  # a history record can hold thousands of metrics
 
 _CRC_SEED = {t: zlib.crc32(bytes([t])) for t in (FULL, FIRST, MIDDLE, LAST)}
 _GPU_KEY = re.compile(r"^gpu\.(\d+)\.([A-Za-z][A-Za-z0-9_]*)$")
@@ -201,7 +201,11 @@ def _history_frames(b: _Batch) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     sm = (
         h.join(per_row, on="line_no", how="left")
-        .filter(~pl.col("raw_metric").is_in(list(_HISTORY_RESERVED)) & pl.col("value").is_not_null() & pl.col("step").is_not_null())
+        .filter(
+            ~pl.col("raw_metric").is_in(list(_HISTORY_RESERVED))
+            & pl.col("value").is_not_null()
+            & pl.col("step").is_not_null()
+        )
         .with_columns(metric=canonical_metric(pl.col("raw_metric")))
         .with_columns(is_validation=is_validation_metric(pl.col("metric")))
         .select("step", "metric", "value", "raw_metric", "is_validation", "line_no")
@@ -218,7 +222,11 @@ def _stats_frame(b: _Batch, host: str) -> pl.DataFrame:
         schema={"ts": pl.Float64, "key": pl.String, "value": pl.String},
     )
     fields = pl.DataFrame(
-        {"field": list(GPU_FIELDS), "metric": [v[0] for v in GPU_FIELDS.values()], "factor": [v[1] for v in GPU_FIELDS.values()]}
+        {
+            "field": list(GPU_FIELDS),
+            "metric": [v[0] for v in GPU_FIELDS.values()],
+            "factor": [v[1] for v in GPU_FIELDS.values()],
+        }
     )
     return (
         s.with_columns(
@@ -272,5 +280,16 @@ class WandbOfflineReader:
                 tables["steps"] = steps
         if b.s_rec:
             tables["gpu_samples"] = _stats_frame(b, host)
-        rej = rejects_frame([r[0] for r in b.rej], [r[1] for r in b.rej], [r[2] for r in b.rej]) if b.rej else None
-        return Chunk(tables=tables, rejects=rej, lines=b.lines, rows_ok=b.ok, rows_rejected=len(b.rej), rows_skipped=b.skipped)
+        rej = (
+            rejects_frame([r[0] for r in b.rej], [r[1] for r in b.rej], [r[2] for r in b.rej])
+            if b.rej
+            else None
+        )
+        return Chunk(
+            tables=tables,
+            rejects=rej,
+            lines=b.lines,
+            rows_ok=b.ok,
+            rows_rejected=len(b.rej),
+            rows_skipped=b.skipped,
+        )

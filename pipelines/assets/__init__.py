@@ -23,6 +23,8 @@ from analyses.schema import Table
 STAGE_MODULES: tuple[str, ...] = (
     "pipelines.assets.ingest",  # groups "ingest" (per-run tables) and "warehouse" (the catalog)
     "pipelines.assets.characterize",  # group "characterize": one asset per view group, the HTML report
+    "pipelines.assets.fit",  # group "fit": workload specs per run + fidelity scores
+    "pipelines.assets.export",  # group "export": every export format per run
 )
 
 

@@ -8,6 +8,7 @@ The numbers come from ``analyses.views``; figures from ``analyses.figures``; not
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from pipelines.resources import WarehouseResource
 CHARACTERIZE_GROUP = "characterize"
 CATALOG = AssetKey("warehouse_catalog")
 REPORT_DIR = "reports"
+# POLYTRACE_PNG=0 skips the PNGs (kaleido starts a Chromium: seconds per process), e.g. in quick tests
+ENV_PNG = "POLYTRACE_PNG"
 
 
 def report_dir(root: Path) -> Path:
@@ -64,7 +67,10 @@ def _group_asset(group: str) -> AssetsDefinition:
             "report_section": MetadataValue.url(f"{report_path(root).resolve().as_uri()}#{group}"),
         }
         key_figs = [f for f in section.figures if f.key_figure]
-        pngs, note = write_pngs(key_figs, report_dir(root) / "png", keep_browser=True)
+        if os.environ.get(ENV_PNG, "1").strip().lower() in ("0", "false", "no"):
+            pngs, note = {}, f"PNG export disabled (${ENV_PNG}=0)"
+        else:
+            pngs, note = write_pngs(key_figs, report_dir(root) / "png", keep_browser=True)
         if pngs:
             first = next(iter(pngs.values()))
             meta["figure"] = MetadataValue.path(str(first))

@@ -1,0 +1,147 @@
+"""Every export format on a small synthetic spec, and the round trip through our own readers."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from _fit_synth import synth_multiturn, synth_samples
+
+from analyses.fit.exporters import FORMATS, export
+from analyses.fit.sampler import generate, steps_for
+from analyses.fit.spec import build_spec
+from analyses.fit.workload import fit_workload
+from analyses.ingest import ingest_run
+from analyses.warehouse import scan_table
+
+
+@pytest.fixture(scope="module")
+def single() -> dict:
+    s = synth_samples(steps=3, prompts=8, n=4, cap=1000, seed=2, first_step=1)
+    rt = pl.DataFrame({"step": [1, 1, 2, 2, 3, 3], "rank": [0, 4] * 3, "dp_rank": [0, 1] * 3, "phase": ["reward"] * 6,
+                       "seconds": [30.0, 35.0, 28.0, 40.0, 33.0, 31.0], "n_samples": [16] * 6})
+    w = fit_workload(s, rank_times=rt, run_id="single", task="math")
+    return build_spec({"single": w}, ["single"])
+
+
+@pytest.fixture(scope="module")
+def multi() -> dict:
+    mt = synth_multiturn(steps=2, prompts=8, n=4)
+    w = fit_workload(mt["samples"], turns=mt["turns"], tool_calls=mt["tool_calls"], run_id="mt", task="search")
+    return build_spec({"mt": w}, ["mt"])
+
+
+def test_polytrace_v2_files_and_record_shape(single, tmp_path: Path):
+    files = export(single, "polytrace-v2", tmp_path, seed=1)
+    names = sorted(p.name for p in files)
+    # 3 fitted steps (1..3): one packed file and one reward file per step
+    assert names == sorted([f"packed_lengths_step_{k}.jsonl" for k in (1, 2, 3)] + [f"reward_timings_step_{k}.jsonl" for k in (1, 2, 3)])
+    lines = (tmp_path / "packed_lengths_step_2.jsonl").read_text().splitlines()
+    assert len(lines) == 8  # one record per prompt
+    rec = json.loads(lines[0])
+    assert list(rec) == ["step", "rank", "dp_rank", "tp_rank", "local_index", "input", "output", "n_sampling", "validate"]
+    assert rec["step"] == 2 and len(rec["output"]) == rec["n_sampling"] == 4 and rec["validate"] is False
+    rw = [json.loads(x) for x in (tmp_path / "reward_timings_step_1.jsonl").read_text().splitlines()]
+    assert [r["dp_rank"] for r in rw] == [0, 1] and all(r["batch_size"] == 16 and r["reward_time_s"] > 0 for r in rw)
+
+
+def test_same_seed_gives_byte_identical_exports(single, tmp_path: Path):
+    for fmt in ("polytrace-v2", "polytrace-v1", "vidur", "mooncake", "aiperf"):
+        a = export(single, fmt, tmp_path / "a" / fmt, seed=9, steps=2)
+        b = export(single, fmt, tmp_path / "b" / fmt, seed=9, steps=2)
+        assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b], fmt
+
+
+def test_v1_vidur_mooncake_aiperf_params(single, multi, tmp_path: Path):
+    (v1,) = export(single, "polytrace-v1", tmp_path / "v1", steps=2, seed=0)
+    doc = json.loads(v1.read_text())
+    assert list(doc) == ["1", "2"] and len(doc["1"]["input"]) == 8 and len(doc["1"]["output"]) == 32
+
+    (vid,) = export(single, "vidur", tmp_path / "vidur", steps=2, seed=0, step_interval_s=100)
+    rows = list(csv.DictReader(vid.open()))
+    assert list(rows[0]) == ["arrived_at", "num_prefill_tokens", "num_decode_tokens"]
+    assert len(rows) == 64 and {float(r["arrived_at"]) for r in rows} == {0.0, 100.0}
+
+    (mc,) = export(multi, "mooncake", tmp_path / "mc", steps=1, seed=0)
+    recs = [json.loads(x) for x in mc.read_text().splitlines()]
+    assert {"timestamp", "input_length", "output_length", "hash_ids", "session_id", "turn", "tool_calls"} <= set(recs[0])
+    ts = [r["timestamp"] for r in recs]
+    assert ts == sorted(ts)
+    # a later turn of a trajectory arrives after the earlier one and re-uses its prefix blocks
+    by = {}
+    for r in recs:
+        by.setdefault(r["session_id"], []).append(r)
+    long = next(v for v in by.values() if len(v) > 1)
+    assert long[1]["timestamp"] > long[0]["timestamp"]
+    assert long[1]["hash_ids"][: len(long[0]["hash_ids"])] == long[0]["hash_ids"]
+
+    txt, js = export(single, "aiperf", tmp_path / "ai", seed=0)
+    buckets = txt.read_text().strip().split(";")
+    assert 2 <= len(buckets) <= 8
+    for b in buckets:  # ISL|SD,OSL|SD:PROB
+        pair, prob = b.split(":")
+        isl, osl = pair.split(",")
+        assert int(isl.split("|")[0]) >= 1 and int(osl.split("|")[0]) >= 1 and float(prob) > 0
+    assert sum(p["prob"] for p in json.loads(js.read_text())["pairs"]) == pytest.approx(100, abs=0.1)
+
+    (pp,) = export(single, "polytrace-params", tmp_path / "pp")
+    params = json.loads(pp.read_text())
+    task = params["math_task"]
+    assert {"input_distribution", "output_distribution", "joint_distribution", "gmm_parameters"} <= set(task)
+    assert {"type", "parameters", "ks_statistic", "ks_p_value"} <= set(task["output_distribution"])
+    (pm,) = export(multi, "polytrace-params", tmp_path / "pm")
+    assert "call_count_distribution" in json.loads(pm.read_text())["tool_calling_task"]
+
+
+def test_unknown_format_and_workload_are_errors(single, tmp_path: Path):
+    with pytest.raises(ValueError):
+        export(single, "csv", tmp_path)
+    with pytest.raises(KeyError):
+        export(single, "polytrace-v2", tmp_path, workload="nope")
+    assert set(FORMATS) == {"polytrace-v2", "polytrace-v1", "polytrace-params", "vidur", "mooncake", "aiperf"}
+
+
+def _generated(spec: dict, steps: int, seed: int):
+    key, w = next(iter(spec["workloads"].items()))
+    return generate(w, steps_for(w, steps), seed, key=key)
+
+
+def test_v2_round_trip_through_our_reader(single, tmp_path: Path):
+    out = tmp_path / "gen"
+    export(single, "polytrace-v2", out, steps=2, seed=4)
+    ingest_run(out, tmp_path / "wh", run_id="gen")
+    got = scan_table(tmp_path / "wh", "samples", ["gen"]).collect()
+    g = _generated(single, 2, 4).samples
+    cols = ["step", "dp_rank", "local_index", "prompt_tokens", "response_tokens"]
+    assert got.select(cols).sort(cols).equals(g.select(cols).sort(cols))
+    rw = scan_table(tmp_path / "wh", "rank_times", ["gen"]).collect().sort("step", "dp_rank")
+    exp = _generated(single, 2, 4).rewards.sort("step", "dp_rank")
+    assert rw["seconds"].to_list() == pytest.approx(exp["reward_time_s"].to_list())
+
+
+def test_v1_round_trip_through_our_reader(single, tmp_path: Path):
+    export(single, "polytrace-v1", tmp_path / "v1", steps=2, seed=4)
+    ingest_run(tmp_path / "v1", tmp_path / "wh", run_id="v1")
+    got = scan_table(tmp_path / "wh", "samples", ["v1"]).collect()
+    g = _generated(single, 2, 4).samples
+    cols = ["step", "prompt_tokens", "response_tokens"]
+    assert got.select(cols).sort(cols).equals(g.select(cols).sort(cols))
+
+
+def test_multiturn_v2_round_trip(multi, tmp_path: Path):
+    out = tmp_path / "mt"
+    export(multi, "polytrace-v2", out, steps=1, seed=2)
+    assert (out / "multiturn_workload_step_0.jsonl").exists() and (out / "packed_lengths_step_0.jsonl").exists()
+    (out / "packed_lengths_step_0.jsonl").unlink()  # the packed view repeats the same samples
+    ingest_run(out, tmp_path / "wh", run_id="mt")
+    g = _generated(multi, 1, 2)
+    turns = scan_table(tmp_path / "wh", "turns", ["mt"]).collect()
+    calls = scan_table(tmp_path / "wh", "tool_calls", ["mt"]).collect()
+    assert turns.height == g.turns.height and calls.height == g.tool_calls.height
+    assert sorted(turns["completion_tokens"].to_list()) == sorted(g.turns["completion_tokens"].to_list())
+    assert sorted(calls["latency_s"].to_list()) == pytest.approx(sorted(g.tool_calls["latency_s"].to_list()))
+    s = scan_table(tmp_path / "wh", "samples", ["mt"]).collect()
+    assert sorted(s["response_tokens"].to_list()) == sorted(g.samples["response_tokens"].to_list())

@@ -31,6 +31,12 @@ def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     return fig
 
 
+def _step_ticks(fig: go.Figure, steps: pl.Series, **kw: object) -> None:
+    """Integer ticks on a step axis: plotly would label 1.5 between two steps of a short run."""
+    n = steps.n_unique() if steps.len() else 0
+    fig.update_xaxes(title_text="step", **({"dtick": 1} if 0 < n <= 15 else {}), **kw)
+
+
 def _groups(df: pl.DataFrame, keys: list[str]) -> list[tuple[tuple, pl.DataFrame]]:
     if df.height == 0:
         return []
@@ -82,7 +88,7 @@ def length_drift_figure(drift: pl.DataFrame, run_id: str) -> go.Figure:
         fig.add_vline(x=s["step"], line={"color": OUTLIER, "dash": "dot"},
                       annotation_text=f"shift ×{s['shift_ratio']:.2f}", annotation_position="top left")
     fig.update_yaxes(type="log", title_text="response tokens")
-    fig.update_xaxes(title_text="step")
+    _step_ticks(fig, d["step"])
     slope = d["run_log_p50_slope_per_step"][0] if d.height else None
     trend = f" — ln(p50) slope {slope:+.4f}/step" if slope is not None else ""
     return _layout(fig, f"Response length drift, {run_id}{trend}")
@@ -99,7 +105,7 @@ def step_series_figure(series: pl.DataFrame, metric: str) -> go.Figure:
         if out.height:
             fig.add_trace(go.Scatter(x=out["step"], y=out["value"], mode="markers", legendgroup=run,
                                      marker={"color": OUTLIER, "size": 11, "symbol": "x"}, name=f"{run} outliers"))
-    fig.update_xaxes(title_text="step")
+    _step_ticks(fig, s["step"])
     fig.update_yaxes(title_text=metric)
     return _layout(fig, f"{metric} per step (× = outside Tukey fences)")
 
@@ -116,7 +122,7 @@ def stage_share_figure(stages: pl.DataFrame, run_id: str) -> go.Figure:
                              customdata=d[f"{stage}_s"], hovertemplate="step %{x}: %{y:.1%} (%{customdata:.1f} s)"))
     fig.update_layout(barmode="stack", bargap=0.05)
     fig.update_yaxes(title_text="share of step time", tickformat=".0%", range=[0, 1])
-    fig.update_xaxes(title_text="step")
+    _step_ticks(fig, d["step"])
     return _layout(fig, f"Stage time shares per step, {run_id}")
 
 
@@ -133,7 +139,7 @@ def imbalance_figure(imbalance: pl.DataFrame, run_id: str) -> go.Figure:
                                  showlegend=False, line={"color": color}), row=2, col=1)
     fig.update_yaxes(type="log", title_text="max / mean", row=1, col=1)
     fig.update_yaxes(tickformat=".0%", range=[0, 1], title_text="idle", row=2, col=1)
-    fig.update_xaxes(title_text="step", row=2, col=1)
+    _step_ticks(fig, d["step"], row=2, col=1)
     return _layout(fig, f"Load imbalance per step, {run_id}", height=560)
 
 
@@ -163,7 +169,7 @@ def gpu_step_figure(util: pl.DataFrame, run_id: str) -> go.Figure:
                                      marker={"color": _color(i + 1), "size": 7}, customdata=g["idle_share"],
                                      hovertemplate="step %{x}: %{y:.1f} % (idle %{customdata:.0%})"))
     fig.update_yaxes(title_text="utilization %", range=[0, 105])
-    fig.update_xaxes(title_text="step")
+    _step_ticks(fig, d["step"])
     return _layout(fig, f"GPU utilization per step (bars: mean of GPUs, markers: each GPU), {run_id}")
 
 

@@ -6,7 +6,8 @@ Assets and checks come from the stage modules listed in ``pipelines.assets.STAGE
 - ``ingest_run_job`` (one run per ``runs`` partition; the sensor launches it): every
   runs-partitioned asset with its checks, then ``warehouse_catalog`` so that a run's tables
   are queryable as soon as its job ends;
-- ``cross_run_job``: every asset that is not runs-partitioned (cross-run views, fits, exports).
+- ``cross_run_job``: every asset that is not runs-partitioned (cross-run views, fits, exports);
+  ``cross_run_sensor`` launches it once a burst of ingest runs has finished.
 
 Dagster's DuckDBResource (dagster-duckdb) is deliberately not used: see ``pipelines.resources``.
 """
@@ -30,9 +31,7 @@ from pipelines import checks
 from pipelines.assets import stage_modules
 from pipelines.partitions import RUNS_PARTITIONS_NAME
 from pipelines.resources import WarehouseResource
-from pipelines.sensors import INGEST_JOB_NAME, run_dirs_sensor
-
-CROSS_RUN_JOB_NAME = "cross_run_job"
+from pipelines.sensors import CROSS_RUN_JOB_NAME, INGEST_JOB_NAME, cross_run_sensor, run_dirs_sensor
 CATALOG_KEY = AssetKey("warehouse_catalog")
 
 
@@ -66,7 +65,7 @@ def build_defs(warehouse: WarehouseResource | None = None) -> Definitions:
         assets=assets,
         asset_checks=asset_checks,
         jobs=[ingest_job, cross_run_job],
-        sensors=[run_dirs_sensor],
+        sensors=[run_dirs_sensor, cross_run_sensor],
         resources={"warehouse": warehouse if warehouse is not None else WarehouseResource.from_env()},
         # Runs (= run partitions) are the unit of parallelism: the UI and the sensor launch one
         # process per run. Inside a run the steps are short and mostly sequential (ingest, then

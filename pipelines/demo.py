@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster import DagsterInstance, Definitions, ExecuteInProcessResult
+from dagster import AssetKey, DagsterInstance, Definitions, ExecuteInProcessResult
 
 from pipelines.partitions import RUNS_PARTITIONS_NAME, is_valid_key, run_dirs_by_id
 from pipelines.resources import DEFAULT_LOGS_ROOT, ENV_LOGS_ROOT, WarehouseResource
@@ -50,6 +50,8 @@ class DemoResult:
     per_run: dict[str, ExecuteInProcessResult]
     cross_run: ExecuteInProcessResult | None
     checks: CheckSummary
+    per_run_seconds: float = 0.0
+    cross_run_seconds: float = 0.0
 
     @property
     def success(self) -> bool:
@@ -63,8 +65,10 @@ def materialize_all(
     logs_root: Path,
     quiet: bool = True,
     tags: dict[str, str] | None = None,
+    cross_run_keys: Sequence[AssetKey] | None = None,
 ) -> DemoResult:
-    """Add a partition per run directory, run the per-run job per partition, then the cross-run job."""
+    """Add a partition per run directory, run the per-run job per partition, then the cross-run job
+    (all of it, or only ``cross_run_keys``; an empty list skips it)."""
     from pipelines.definitions import CATALOG_KEY, CROSS_RUN_JOB_NAME
     from pipelines.sensors import INGEST_JOB_NAME
 
@@ -80,6 +84,7 @@ def materialize_all(
     ingest_job = defs.resolve_job_def(INGEST_JOB_NAME)
     # the catalog is refreshed once by the cross-run job below rather than after every run
     per_run_keys = [k for k in ingest_job.asset_layer.selected_asset_keys if k != CATALOG_KEY]
+    t0 = time.perf_counter()
     for rid in runs:
         res = ingest_job.execute_in_process(
             partition_key=rid, instance=instance, run_config=run_config, tags=run_tags, raise_on_error=False,
@@ -87,12 +92,16 @@ def materialize_all(
         )
         per_run[rid] = res
         _tally(res, rid, checks)
+    t1 = time.perf_counter()
     cross = None
     cross_job = defs.resolve_job_def(CROSS_RUN_JOB_NAME)
-    if cross_job.asset_layer.selected_asset_keys:
-        cross = cross_job.execute_in_process(instance=instance, run_config=run_config, tags=run_tags, raise_on_error=False)
+    selected = list(cross_job.asset_layer.selected_asset_keys if cross_run_keys is None else cross_run_keys)
+    if selected:
+        cross = cross_job.execute_in_process(
+            instance=instance, run_config=run_config, tags=run_tags, raise_on_error=False, asset_selection=selected
+        )
         _tally(cross, "cross-run", checks)
-    return DemoResult(runs, per_run, cross, checks)
+    return DemoResult(runs, per_run, cross, checks, t1 - t0, time.perf_counter() - t1)
 
 
 def _tally(res: ExecuteInProcessResult, label: str, into: CheckSummary) -> None:
@@ -131,6 +140,23 @@ def _run_line(rid: str, res: ExecuteInProcessResult) -> str:
     )
 
 
+INSTANCE_YAML = """\
+# Written by `python -m pipelines.demo`: a local Dagster instance (SQLite under this directory),
+# shared by `make demo` and `make ui`. Telemetry is off for this demo instance; delete these lines
+# to turn it back on.
+telemetry:
+  enabled: false
+"""
+
+
+def ensure_instance_home(home: Path) -> None:
+    """Create ``$DAGSTER_HOME`` with a dagster.yaml unless one is there (ours or the user's)."""
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "dagster.yaml"
+    if not cfg.exists():
+        cfg.write_text(INSTANCE_YAML)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m pipelines.demo",
@@ -141,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"directory of run directories (default: ${ENV_LOGS_ROOT} or {DEFAULT_LOGS_ROOT}/)")
     p.add_argument("--warehouse", type=Path, default=None,
                    help="warehouse directory (default: $POLYTRACE_WAREHOUSE or warehouse/)")
+    p.add_argument("--ingest-only", action="store_true",
+                   help="only the per-run assets and the catalog (skip characterize, fit, export)")
     p.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
     return p
 
@@ -156,15 +184,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo: logs root {logs_root} is not a directory", file=sys.stderr)
         return 2
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(DEFAULT_DAGSTER_HOME).resolve())))
-    home.mkdir(parents=True, exist_ok=True)
+    ensure_instance_home(home)
 
     from pipelines.definitions import build_defs
 
     warehouse = WarehouseResource(root=str(root), logs_root=str(logs_root))
     defs = build_defs(warehouse)
     with DagsterInstance.get() as instance:
-        result = materialize_all(defs, instance, logs_root, quiet=not args.verbose)
-    print(f"ingested {len(result.run_ids)} run(s) from {logs_root} through Dagster:")
+        from pipelines.definitions import CATALOG_KEY
+
+        result = materialize_all(
+            defs, instance, logs_root, quiet=not args.verbose, cross_run_keys=[CATALOG_KEY] if args.ingest_only else None
+        )
+    print(f"ingested {len(result.run_ids)} run(s) from {logs_root} through Dagster "
+          f"(per-run jobs {result.per_run_seconds:.1f}s, cross-run job {result.cross_run_seconds:.1f}s):")
     for rid, res in result.per_run.items():
         print(_run_line(rid, res))
     if result.cross_run is not None and not result.cross_run.success:

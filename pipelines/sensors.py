@@ -19,9 +19,12 @@ from pathlib import Path
 from dagster import (
     AssetKey,
     AssetRecordsFilter,
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     SensorResult,
+    SkipReason,
     sensor,
 )
 
@@ -36,6 +39,7 @@ from pipelines.partitions import (
 from pipelines.resources import WarehouseResource
 
 INGEST_JOB_NAME = "ingest_run_job"  # defined in pipelines.definitions (the per-run selection)
+CROSS_RUN_JOB_NAME = "cross_run_job"  # defined in pipelines.definitions (everything else)
 SETTLE_SECONDS = 10.0
 MIN_INTERVAL_SECONDS = 30
 FINGERPRINT_ASSET = AssetKey("runs")
@@ -157,3 +161,36 @@ def run_dirs_sensor(context, warehouse: WarehouseResource) -> SensorResult:
         dynamic_partitions_requests=[runs_partitions.build_add_request(plan.new_partitions)] if plan.new_partitions else [],
         cursor=cursor,
     )
+
+
+IN_FLIGHT = [
+    DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
+]
+RECENT_RUNS = 50  # ingest runs looked at for the latest end time
+
+
+@sensor(
+    job_name=CROSS_RUN_JOB_NAME,
+    minimum_interval_seconds=MIN_INTERVAL_SECONDS,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Once no ingest run is queued or running, runs the cross-run job (catalog, characterization, "
+    "fits, exports) if an ingest succeeded since the cross-run job last started: one refresh per burst of runs.",
+)
+def cross_run_sensor(context) -> RunRequest | SkipReason:
+    instance = context.instance
+    busy = instance.get_runs_count(RunsFilter(job_name=INGEST_JOB_NAME, statuses=IN_FLIGHT))
+    busy += instance.get_runs_count(RunsFilter(job_name=CROSS_RUN_JOB_NAME, statuses=IN_FLIGHT))
+    if busy:
+        return SkipReason(f"{busy} ingest or cross-run run(s) queued or in progress; waiting for them")
+    done = instance.get_run_records(
+        RunsFilter(job_name=INGEST_JOB_NAME, statuses=[DagsterRunStatus.SUCCESS]), limit=RECENT_RUNS
+    )
+    ended = [r for r in done if r.end_time is not None]
+    if not ended:
+        return SkipReason("no successful ingest run yet")
+    latest = max(ended, key=lambda r: r.end_time or 0.0)
+    last_cross = instance.get_run_records(RunsFilter(job_name=CROSS_RUN_JOB_NAME), limit=1)
+    started = (last_cross[0].start_time or last_cross[0].create_timestamp.timestamp()) if last_cross else None
+    if started is not None and started >= (latest.end_time or 0.0):
+        return SkipReason("the cross-run job already ran after the latest ingest")
+    return RunRequest(run_key=f"after-{latest.dagster_run.run_id}")

@@ -81,7 +81,7 @@ def test_code_location_loads_like_dagster_dev(tmp_path: Path, monkeypatch: pytes
         assert sorted(n.asset_key.to_user_string() for n in repo.get_asset_node_snaps()) == EXPECTED_ASSET_KEYS
         checks = sorted(f"{c.asset_key.to_user_string()}:{c.name}" for c in repo.get_asset_check_node_snaps())
         assert checks == EXPECTED_CHECK_KEYS
-        assert [s.name for s in repo.get_sensors()] == ["run_dirs_sensor"]
+        assert sorted(s.name for s in repo.get_sensors()) == ["cross_run_sensor", "run_dirs_sensor"]
         assert {INGEST_JOB_NAME, CROSS_RUN_JOB_NAME} <= {j.name for j in repo.get_all_jobs()}
         ws.asset_graph.validate_partitions()
 

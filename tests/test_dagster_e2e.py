@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dagster import AssetCheckSeverity, AssetKey, DagsterInstance
+from dagster import AssetCheckSeverity, AssetKey, DagsterInstance, RunRequest, SkipReason, build_sensor_context
 
 from analyses import table_checks
 from analyses.catalog import catalog_path, connect
@@ -14,12 +14,12 @@ from analyses.ingest import ingest_run
 from analyses.metadata import run_row_counts
 from analyses.schema import STEPS, TABLES
 from analyses.warehouse import scan_table
-from pipelines.definitions import build_defs
+from pipelines.definitions import CATALOG_KEY, build_defs
 from pipelines.demo import main as demo_main
 from pipelines.demo import materialize_all
 from pipelines.partitions import RUNS_PARTITIONS_NAME, run_dirs_by_id
 from pipelines.resources import WarehouseResource
-from pipelines.sensors import INGEST_JOB_NAME
+from pipelines.sensors import INGEST_JOB_NAME, cross_run_sensor
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_LOGS = REPO / "sample_logs"
@@ -49,6 +49,12 @@ def _defs(tmp_path: Path, logs: Path):
     return build_defs(wh), tmp_path / "wh"
 
 
+def _per_run_checks(defs) -> int:
+    """Checks on runs-partitioned assets (evaluated once per run)."""
+    graph = defs.resolve_asset_graph()
+    return sum(1 for k in graph.asset_check_keys if graph.get(k.asset_key).partitions_def is not None)
+
+
 def _mat(res, table: str):
     (ev,) = [e for e in res.get_asset_materialization_events() if e.asset_key == AssetKey(table)]
     return ev.materialization
@@ -57,7 +63,8 @@ def _mat(res, table: str):
 def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
     defs, root = _defs(tmp_path, tiny_logs)
     with DagsterInstance.ephemeral() as instance:
-        result = materialize_all(defs, instance, tiny_logs)
+        # later stages (characterize, fit, export) are exercised on the demo corpus below
+        result = materialize_all(defs, instance, tiny_logs, cross_run_keys=[CATALOG_KEY])
         assert result.success
         assert sorted(instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME)) == ["bad-run", "tiny-run"]
         assert result.run_ids == ["bad-run", "tiny-run"]
@@ -86,7 +93,7 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
         # checks: 19 per run; only bad-run's reject share fails, as a warning
         evals = {(e.asset_check_key.asset_key.to_user_string(), e.asset_check_key.name): e
                  for e in result.per_run["bad-run"].get_asset_check_evaluations()}
-        assert len(evals) == 19 and len(tiny.get_asset_check_evaluations()) == 19
+        assert len(evals) == _per_run_checks(defs) == 19 and len(tiny.get_asset_check_evaluations()) == 19
         failed = {k: e for k, e in evals.items() if not e.passed}
         assert list(failed) == [("rejects", "reject_share")]
         assert failed["rejects", "reject_share"].severity == AssetCheckSeverity.WARN
@@ -103,9 +110,21 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
         con.close()
 
         # materializing again replaces each run's partitions rather than appending
-        again = materialize_all(defs, instance, tiny_logs)
+        again = materialize_all(defs, instance, tiny_logs, cross_run_keys=[])
         assert again.success
         assert scan_table(root, "steps").collect().height == 5
+
+
+def test_cross_run_sensor_waits_for_a_burst_of_ingests(tmp_path: Path, tiny_logs: Path) -> None:
+    defs, _root = _defs(tmp_path, tiny_logs)
+    with DagsterInstance.ephemeral() as instance:
+        assert isinstance(cross_run_sensor(build_sensor_context(instance=instance)), SkipReason)  # nothing ingested
+        materialize_all(defs, instance, tiny_logs, cross_run_keys=[])  # two ingest runs, no cross-run job
+        req = cross_run_sensor(build_sensor_context(instance=instance))
+        assert isinstance(req, RunRequest) and req.run_key and req.run_key.startswith("after-")
+        materialize_all(defs, instance, tiny_logs, cross_run_keys=[CATALOG_KEY])  # ingests, then cross-run
+        skip = cross_run_sensor(build_sensor_context(instance=instance))
+        assert isinstance(skip, SkipReason) and "already ran" in (skip.skip_message or "")
 
 
 def test_blocking_schema_check_stops_downstream(
@@ -138,7 +157,7 @@ def test_demo_main_prints_headlines(
 ) -> None:
     home = tmp_path / "dagster_home"
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    rc = demo_main(["--logs-root", str(tiny_logs), "--warehouse", str(tmp_path / "wh")])
+    rc = demo_main(["--logs-root", str(tiny_logs), "--warehouse", str(tmp_path / "wh"), "--ingest-only"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "ingested 2 run(s)" in out
@@ -153,19 +172,24 @@ def test_demo_main_prints_headlines(
 
 
 @pytest.mark.slow
-def test_demo_corpus_through_dagster_matches_library(tmp_path: Path) -> None:
-    """The demo corpus (sample_logs/) through Dagster lands exactly the rows the library ingest
-    writes on its own, with no ERROR check failing."""
+def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo corpus (sample_logs/) through every asset, as `make demo` runs it: lands exactly the
+    rows the library ingest writes on its own, with no ERROR check failing."""
+    monkeypatch.setenv("POLYTRACE_PNG", "0")  # the characterize stage's switch: no Chromium for PNGs
     runs = run_dirs_by_id(SAMPLE_LOGS)
     assert runs, f"no run directories under {SAMPLE_LOGS}"
     defs, root = _defs(tmp_path, SAMPLE_LOGS)
     with DagsterInstance.ephemeral() as instance:
         result = materialize_all(defs, instance, SAMPLE_LOGS)
     assert result.success
+    assert result.cross_run is not None
+    cross = {e.asset_key for e in result.cross_run.get_asset_materialization_events()}
+    assert cross == set(defs.resolve_job_def("cross_run_job").asset_layer.selected_asset_keys)
     assert result.run_ids == sorted(runs)
     errors = [f for f in result.checks.failed if not f.endswith("(WARN)")]
     assert errors == []
-    assert result.checks.passed + len(result.checks.failed) == 19 * len(runs)
+    n_checks = _per_run_checks(defs)
+    assert all(len(r.get_asset_check_evaluations()) == n_checks for r in result.per_run.values())
 
     lib_root = tmp_path / "lib"
     for rid, d in runs.items():

@@ -145,3 +145,21 @@ def test_multiturn_v2_round_trip(multi, tmp_path: Path):
     assert sorted(calls["latency_s"].to_list()) == pytest.approx(sorted(g.tool_calls["latency_s"].to_list()))
     s = scan_table(tmp_path / "wh", "samples", ["mt"]).collect()
     assert sorted(s["response_tokens"].to_list()) == sorted(g.samples["response_tokens"].to_list())
+
+
+def test_cli_export_and_sample(single, tmp_path: Path, capsys):
+    from analyses.cli import main
+    from analyses.fit.spec import write_spec
+
+    spec = write_spec(single, tmp_path / "spec.json")
+    assert main(["export", "--spec", str(spec), "--format", "vidur", "--out", str(tmp_path / "v"), "--steps", "2"]) == 0
+    assert (tmp_path / "v" / "vidur_trace.csv").exists()
+    assert main(["sample", "--spec", str(spec), "--steps", "2", "--seed", "3", "--out", str(tmp_path / "s1")]) == 0
+    assert main(["sample", "--spec", str(spec), "--steps", "2", "--seed", "3", "--out", str(tmp_path / "s2")]) == 0
+    a = sorted((tmp_path / "s1").iterdir())
+    assert [p.read_bytes() for p in a] == [(tmp_path / "s2" / p.name).read_bytes() for p in a]
+    assert main(["sample", "--spec", str(spec), "--steps", "0", "--out", str(tmp_path / "s3")]) == 2
+    assert main(["export", "--spec", str(tmp_path / "missing.json"), "--format", "vidur", "--out", str(tmp_path / "x")]) == 2
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["export", "--spec", str(tmp_path / "bad.json"), "--format", "vidur", "--out", str(tmp_path / "x")]) == 2
+    assert "missing required key" in capsys.readouterr().err

@@ -74,3 +74,27 @@ def test_cli_report(wh: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "<section id='compare'" in out.read_text()
     assert main(["report", "--warehouse", str(wh), "--runs", "nope", "--no-png"]) == 2
     assert main(["report", "--warehouse", str(tmp_path / "missing")]) == 2
+
+
+def test_figures_mark_tail_shifts_and_outliers() -> None:
+    import polars as pl
+
+    from analyses import figures as F
+
+    cdf = pl.DataFrame({"run_id": ["r"] * 4, "task": ["math"] * 4, "kind": ["response"] * 4, "value": [1, 2, 3, 100],
+                        "n": [1] * 4, "cdf": [0.25, 0.5, 0.75, 1.0], "ccdf": [0.75, 0.5, 0.25, 0.0],
+                        "share_ge": [1.0, 0.75, 0.5, 0.25], "in_tail": [False, False, False, True]})
+    q = pl.DataFrame({"run_id": ["r"], "task": ["math"], "kind": ["response"], "p99": [3], "p999": [100]})
+    fig = F.length_cdf_figure(cdf, q)
+    tail = [t for t in fig.data if t.name and t.name.endswith("tail (> p99)")]
+    assert len(tail) == 1 and list(tail[0].x) == [100] and list(tail[0].y) == [0.25]  # the longest stays visible
+    assert len(fig.layout.shapes) == 2  # p99 and p99.9 lines
+    drift = pl.DataFrame({"run_id": ["r"] * 3, "step": [1, 2, 3], "p10": [1] * 3, "p50": [2, 2, 4], "p90": [3] * 3,
+                          "p99": [4] * 3, "max": [5] * 3, "run_log_p50_slope_per_step": [0.3] * 3,
+                          "shift_ratio": [None, None, 2.0], "is_shift": [False, False, True]})
+    fig = F.length_drift_figure(drift, "r")
+    assert [a.text for a in fig.layout.annotations] == ["shift ×2.00"]
+    series = pl.DataFrame({"run_id": ["r"] * 3, "step": [1, 2, 3], "metric": ["step_time_s"] * 3,
+                           "value": [1.0, 1.0, 9.0], "is_outlier": [False, False, True]})
+    fig = F.step_series_figure(series, "step_time_s")
+    assert [list(t.x) for t in fig.data if t.name == "r outliers"] == [[3]]

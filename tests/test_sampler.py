@@ -67,3 +67,13 @@ def test_multiturn_generation_is_internally_consistent():
     two = g.turns.filter(pl.col("turn") <= 1).pivot("turn", index=keys, values="prompt_tokens").drop_nulls()
     assert (two["1"] > two["0"]).all()
     assert np.all(g.tool_calls["latency_s"].to_numpy() > 0)
+
+
+def test_drift_makes_step_k_look_like_step_k():
+    # log-scale trend 0.05/step over steps 0..11 (synth truth): step 11 is e^0.55 = 1.73x step 0
+    s = synth_samples(steps=12, prompts=32, n=8, within=0.2, cap=None, slope=0.05, seed=4)
+    w = fit_workload(s, run_id="drift", task="math")
+    assert w["drift"]["kind"] == "linear_log_scale"
+    g = pl.concat([generate(w, [0, 11], seed=k).samples for k in range(5)])
+    med = g.group_by("step").agg(pl.col("response_tokens").median()).sort("step")["response_tokens"].to_list()
+    assert med[1] / med[0] == pytest.approx(np.exp(0.55), rel=0.15)

@@ -169,14 +169,15 @@ def _print_workload(key: str, w: dict[str, Any]) -> None:
 
 def fidelity_table(results: list[dict[str, Any]]) -> str:
     """A plain-text table: one line per run, ours beside the baseline, then per-statistic errors."""
-    head = f"{'run':<18} {'split':<13} {'held-out':<10} {'ours %':>7} {'base %':>7}  {'1-replay ours/base':>18}  {'level ours/base':>15}"
+    w = max([18, *(len(r["run_id"]) for r in results if "accuracy_pct" in r)])
+    head = f"{'run':<{w}} {'split':<13} {'held-out':<10} {'ours %':>7} {'base %':>7}  {'1-replay ours/base':>18}  {'level ours/base':>15}"
     lines = [head, "-" * len(head)]
     timed = [r for r in results if r.get("step_time_model")]
     results = [r for r in results if "accuracy_pct" in r]
     for r in results:
         ho = f"{len(r['heldout_steps'])} steps"
         lines.append(
-            f"{r['run_id']:<18} {r['split']:<13} {ho:<10} {r['accuracy_pct']:>7.1f} {r['baseline_accuracy_pct']:>7.1f}  "
+            f"{r['run_id']:<{w}} {r['split']:<13} {ho:<10} {r['accuracy_pct']:>7.1f} {r['baseline_accuracy_pct']:>7.1f}  "
             f"{r['single_replay_accuracy_pct']:>8.1f}/{r['baseline_single_replay_accuracy_pct']:<9.1f}  "
             f"{r['level_accuracy_pct']:>7.1f}/{r['baseline_level_accuracy_pct']:<7.1f}"
         )
@@ -185,7 +186,7 @@ def fidelity_table(results: list[dict[str, Any]]) -> str:
     if len(results) > 1:
         import statistics
 
-        lines.append(f"{'mean':<18} {'':<13} {'':<10} {statistics.fmean(r['accuracy_pct'] for r in results):>7.1f} "
+        lines.append(f"{'mean':<{w}} {'':<13} {'':<10} {statistics.fmean(r['accuracy_pct'] for r in results):>7.1f} "
                      f"{statistics.fmean(r['baseline_accuracy_pct'] for r in results):>7.1f}")
     if timed:
         lines.append("")

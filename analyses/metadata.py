@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from analyses.schema import TABLES, Table
-from analyses.warehouse import partition_dir, run_ids
+from analyses.warehouse import partition_dir
 
 PREVIEW_ROWS = 5
 PREVIEW_CELL_CHARS = 48
@@ -64,7 +64,10 @@ def _cell(v: object, max_chars: int) -> str:
 
 
 def markdown_preview(
-    df: pl.DataFrame, n: int = PREVIEW_ROWS, max_chars: int = PREVIEW_CELL_CHARS, total_rows: int | None = None
+    df: pl.DataFrame,
+    n: int = PREVIEW_ROWS,
+    max_chars: int = PREVIEW_CELL_CHARS,
+    total_rows: int | None = None,
 ) -> str:
     """The first ``n`` rows of ``df`` as a GitHub markdown table, long cells shortened.
 
@@ -103,12 +106,6 @@ def partition_rows(root: Path, table: str, run_id: str) -> int:
 def run_row_counts(root: Path, run_id: str, tables: Iterable[str] | None = None) -> dict[str, int]:
     """Rows per table for one run."""
     return {t: partition_rows(root, t, run_id) for t in (tables if tables is not None else TABLES)}
-
-
-def warehouse_row_counts(root: Path, tables: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
-    """Rows per table per run: ``{table: {run_id: rows}}``, over every run in the warehouse."""
-    runs = run_ids(root)
-    return {t: {r: partition_rows(root, t, r) for r in runs} for t in (tables if tables is not None else TABLES)}
 
 
 def counts_markdown(counts: Mapping[str, int], key_header: str = "table", value_header: str = "rows") -> str:

@@ -98,7 +98,9 @@ def check_steps_unique_ordered(steps: pl.DataFrame) -> CheckOutcome:
     disorder = steps.with_row_index("_row").filter(pl.col("step") <= prev)
     meta: dict[str, Any] = {
         "rows": steps.height,
-        "distinct_steps": int(steps.select(pl.struct([*by, "step"]).n_unique()).item()) if steps.height else 0,
+        "distinct_steps": int(steps.select(pl.struct([*by, "step"]).n_unique()).item())
+        if steps.height
+        else 0,
         "null_steps": nulls,
         "duplicated_steps": dup.height,
         "out_of_order_rows": disorder.height,
@@ -144,11 +146,17 @@ def check_non_negative(df: pl.DataFrame, columns: tuple[str, ...] | list[str]) -
     if not cols:
         return True, {"rows": df.height, "columns_checked": []}
     counts = df.select(
-        [(pl.col(c) < 0).sum().alias(f"neg:{c}") for c in cols] + [pl.col(c).is_nan().sum().alias(f"nan:{c}") for c in cols]
+        [(pl.col(c) < 0).sum().alias(f"neg:{c}") for c in cols]
+        + [pl.col(c).is_nan().sum().alias(f"nan:{c}") for c in cols]
     ).row(0, named=True)
     negative = {c: int(counts[f"neg:{c}"] or 0) for c in cols if counts[f"neg:{c}"]}
     nan = {c: int(counts[f"nan:{c}"] or 0) for c in cols if counts[f"nan:{c}"]}
-    meta: dict[str, Any] = {"rows": df.height, "columns_checked": cols, "negative_values": negative, "nan_values": nan}
+    meta: dict[str, Any] = {
+        "rows": df.height,
+        "columns_checked": cols,
+        "negative_values": negative,
+        "nan_values": nan,
+    }
     if negative:
         c = next(iter(negative))
         meta["min_value"] = float(df[c].min())  # type: ignore[arg-type]
@@ -212,9 +220,13 @@ def check_reject_share(
         "files_with_rejects": int((source_files["rows_rejected"] > 0).sum()),
     }
     if worst.height:
-        meta["worst_files"] = [f"{r['path']}: {r['share']:.2%} ({r['rows_rejected']:,})" for r in worst.iter_rows(named=True)]
+        meta["worst_files"] = [
+            f"{r['path']}: {r['share']:.2%} ({r['rows_rejected']:,})" for r in worst.iter_rows(named=True)
+        ]
     if rejects is not None and rejects.height:
-        reasons = rejects.group_by("reason").len().sort(["len", "reason"], descending=[True, False]).head(EXAMPLES)
+        reasons = (
+            rejects.group_by("reason").len().sort(["len", "reason"], descending=[True, False]).head(EXAMPLES)
+        )
         meta["top_reasons"] = {str(r): int(n) for r, n in reasons.iter_rows()}
         meta["rejects_rows"] = rejects.height
     return share <= max_share, meta

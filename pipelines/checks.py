@@ -37,7 +37,11 @@ def _result(outcome: tc.CheckOutcome, **kw: Any) -> AssetCheckResult:
 def _meta_value(v: Any) -> Any:
     # lists and dicts of plain values would render as JSON; a short markdown list reads better
     if isinstance(v, list) and all(isinstance(x, str) for x in v):
-        return MetadataValue.md("\n".join(f"- {x}" for x in v) or "_(none)_") if v else MetadataValue.text("(none)")
+        return (
+            MetadataValue.md("\n".join(f"- {x}" for x in v) or "_(none)_")
+            if v
+            else MetadataValue.text("(none)")
+        )
     return v
 
 
@@ -99,7 +103,10 @@ def table_times(context, warehouse: WarehouseResource) -> Iterator[AssetCheckRes
     "(parsed + rejected; skipped noise left out). Warns; lists the worst files and top reasons.",
 )
 def reject_share(context, warehouse: WarehouseResource) -> AssetCheckResult:
-    return _result(tc.check_rejects_partition(warehouse.root_path, context.partition_key), severity=AssetCheckSeverity.WARN)
+    return _result(
+        tc.check_rejects_partition(warehouse.root_path, context.partition_key),
+        severity=AssetCheckSeverity.WARN,
+    )
 
 
 @asset_check(asset="source_files", partitions_def=runs_partitions)

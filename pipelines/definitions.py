@@ -32,6 +32,7 @@ from pipelines.assets import stage_modules
 from pipelines.partitions import RUNS_PARTITIONS_NAME
 from pipelines.resources import WarehouseResource
 from pipelines.sensors import CROSS_RUN_JOB_NAME, INGEST_JOB_NAME, cross_run_sensor, run_dirs_sensor
+
 CATALOG_KEY = AssetKey("warehouse_catalog")
 
 
@@ -40,7 +41,11 @@ def per_run_keys(assets: Sequence[object]) -> list[AssetKey]:
     out: list[AssetKey] = []
     for a in assets:
         pd = getattr(a, "partitions_def", None)
-        if isinstance(a, AssetsDefinition) and pd is not None and getattr(pd, "name", None) == RUNS_PARTITIONS_NAME:
+        if (
+            isinstance(a, AssetsDefinition)
+            and pd is not None
+            and getattr(pd, "name", None) == RUNS_PARTITIONS_NAME
+        ):
             out.extend(a.keys)
     return sorted(out, key=lambda k: k.to_user_string())
 

@@ -34,7 +34,7 @@ HEADLINES: list[tuple[str, str]] = [
     ("samples", "SELECT count(*) FROM samples"),
     ("tool calls", "SELECT count(*) FROM tool_calls"),
     ("gpu samples", "SELECT count(*) FROM gpu_samples"),
-    ("rejected lines", "SELECT count(*) FROM rejects"),
+    ("rejects", "SELECT count(*) FROM rejects"),  # reject records (a kept line may carry one too)
 ]
 
 
@@ -87,7 +87,11 @@ def materialize_all(
     t0 = time.perf_counter()
     for rid in runs:
         res = ingest_job.execute_in_process(
-            partition_key=rid, instance=instance, run_config=run_config, tags=run_tags, raise_on_error=False,
+            partition_key=rid,
+            instance=instance,
+            run_config=run_config,
+            tags=run_tags,
+            raise_on_error=False,
             asset_selection=per_run_keys,
         )
         per_run[rid] = res
@@ -98,7 +102,11 @@ def materialize_all(
     selected = list(cross_job.asset_layer.selected_asset_keys if cross_run_keys is None else cross_run_keys)
     if selected:
         cross = cross_job.execute_in_process(
-            instance=instance, run_config=run_config, tags=run_tags, raise_on_error=False, asset_selection=selected
+            instance=instance,
+            run_config=run_config,
+            tags=run_tags,
+            raise_on_error=False,
+            asset_selection=selected,
         )
         _tally(cross, "cross-run", checks)
     return DemoResult(runs, per_run, cross, checks, t1 - t0, time.perf_counter() - t1)
@@ -163,12 +171,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Ingest every run directory of the logs root through Dagster (in process) and print "
         "headline figures. The runs show in `make ui` afterwards.",
     )
-    p.add_argument("--logs-root", type=Path, default=None,
-                   help=f"directory of run directories (default: ${ENV_LOGS_ROOT} or {DEFAULT_LOGS_ROOT}/)")
-    p.add_argument("--warehouse", type=Path, default=None,
-                   help="warehouse directory (default: $POLYTRACE_WAREHOUSE or warehouse/)")
-    p.add_argument("--ingest-only", action="store_true",
-                   help="only the per-run assets and the catalog (skip characterize, fit, export)")
+    p.add_argument(
+        "--logs-root",
+        type=Path,
+        default=None,
+        help=f"directory of run directories (default: ${ENV_LOGS_ROOT} or {DEFAULT_LOGS_ROOT}/)",
+    )
+    p.add_argument(
+        "--warehouse",
+        type=Path,
+        default=None,
+        help="warehouse directory (default: $POLYTRACE_WAREHOUSE or warehouse/)",
+    )
+    p.add_argument(
+        "--ingest-only",
+        action="store_true",
+        help="only the per-run assets and the catalog (skip characterize, fit, export)",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
     return p
 
@@ -194,10 +213,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pipelines.definitions import CATALOG_KEY
 
         result = materialize_all(
-            defs, instance, logs_root, quiet=not args.verbose, cross_run_keys=[CATALOG_KEY] if args.ingest_only else None
+            defs,
+            instance,
+            logs_root,
+            quiet=not args.verbose,
+            cross_run_keys=[CATALOG_KEY] if args.ingest_only else None,
         )
-    print(f"ingested {len(result.run_ids)} run(s) from {logs_root} through Dagster "
-          f"(per-run jobs {result.per_run_seconds:.1f}s, cross-run job {result.cross_run_seconds:.1f}s):")
+    print(
+        f"ingested {len(result.run_ids)} run(s) from {logs_root} through Dagster "
+        f"(per-run jobs {result.per_run_seconds:.1f}s, cross-run job {result.cross_run_seconds:.1f}s):"
+    )
     for rid, res in result.per_run.items():
         print(_run_line(rid, res))
     if result.cross_run is not None and not result.cross_run.success:
@@ -208,11 +233,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  failed: {f}")
     print(f"warehouse: {root}  (DuckDB catalog: {root / 'polytrace.duckdb'})")
     figures = headline_figures(root)
-    print("  " + "  ".join(f"{label}={value:,}" if isinstance(value, int) else f"{label}={value}" for label, value in figures))
+    print(
+        "  "
+        + "  ".join(
+            f"{label}={value:,}" if isinstance(value, int) else f"{label}={value}" for label, value in figures
+        )
+    )
     from pipelines.assets.characterize import report_path  # written by the characterization_report asset
 
     if report_path(root).exists():
-        print(f"report: {report_path(root)}  (self-contained HTML; key figures as PNG in {report_path(root).parent / 'png'})")
+        print(
+            f"report: {report_path(root)}  (self-contained HTML; key figures as PNG in {report_path(root).parent / 'png'})"
+        )
+    from pipelines.assets.fit import score_lines  # fidelity of the fitted generator, per run
+
+    for line in score_lines(root):
+        print(line)
     print(f"dagster instance: {home}  (see the runs with `make ui`, http://127.0.0.1:3000)")
     print(f"took {time.perf_counter() - t0:.1f}s")
     return 0 if result.success else 1

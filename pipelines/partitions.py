@@ -20,7 +20,9 @@ from analyses.manifest import ManifestError, load_manifest, sanitize_run_id
 # Checks are partitioned like their assets so that each run keeps its own check status (an
 # unpartitioned check on a partitioned asset shows only the latest run's result). Dagster 1.13
 # flags partitioned checks as preview; we accept that and silence only that one warning.
-warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=PreviewWarning)
+warnings.filterwarnings(
+    "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=PreviewWarning
+)
 
 RUNS_PARTITIONS_NAME = "runs"
 runs_partitions = DynamicPartitionsDefinition(name=RUNS_PARTITIONS_NAME)

@@ -140,7 +140,9 @@ def run_dirs_sensor(context, warehouse: WarehouseResource) -> SensorResult:
 
     states = scan_logs_root(warehouse.logs_root)
     existing = set(instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME))
-    plan = plan_tick(states, _load_cursor(context.cursor), existing, time.time(), SETTLE_SECONDS, last_ingested)
+    plan = plan_tick(
+        states, _load_cursor(context.cursor), existing, time.time(), SETTLE_SECONDS, last_ingested
+    )
     for rid in plan.invalid:
         context.log.warning(f"run id {rid!r} cannot be a Dagster partition key; rename its directory")
     if plan.unsettled:
@@ -154,17 +156,25 @@ def run_dirs_sensor(context, warehouse: WarehouseResource) -> SensorResult:
         )
     return SensorResult(
         run_requests=[
-            RunRequest(partition_key=st.run_id, run_key=f"{st.run_id}@{st.fingerprint}",
-                       tags={"polytrace/run_dir": st.path})
+            RunRequest(
+                partition_key=st.run_id,
+                run_key=f"{st.run_id}@{st.fingerprint}",
+                tags={"polytrace/run_dir": st.path},
+            )
             for st in plan.requests
         ],
-        dynamic_partitions_requests=[runs_partitions.build_add_request(plan.new_partitions)] if plan.new_partitions else [],
+        dynamic_partitions_requests=[runs_partitions.build_add_request(plan.new_partitions)]
+        if plan.new_partitions
+        else [],
         cursor=cursor,
     )
 
 
 IN_FLIGHT = [
-    DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
 ]
 RECENT_RUNS = 50  # ingest runs looked at for the latest end time
 

@@ -28,15 +28,37 @@ from pipelines.sensors import INGEST_JOB_NAME, RunDirState, plan_tick, run_dirs_
 # The committed snapshot. A stage that adds assets or checks updates these lists on purpose.
 # the characterize stage (pipelines/assets/characterize.py): one asset per view group and the report
 CHARACTERIZE_KEYS = [
-    "characterization_report", "filter_waste_view", "gpu_utilization_view", "lengths_view", "multiturn_view",
-    "rank_imbalance_view", "stage_breakdown_view", "step_variance_view", "tool_latency_view",
+    "characterization_report",
+    "filter_waste_view",
+    "gpu_utilization_view",
+    "lengths_view",
+    "multiturn_view",
+    "rank_imbalance_view",
+    "stage_breakdown_view",
+    "step_variance_view",
+    "tool_latency_view",
 ]
 # the fit and export stages (pipelines/assets/fit.py, export.py): specs + fidelity, every export format
 FIT_KEYS = ["workload_exports", "workload_specs"]
-EXPECTED_ASSET_KEYS = sorted([
-    "filter_batches", "gpu_samples", "rank_times", "rejects", "runs", "samples", "source_files",
-    "step_metrics", "step_windows", "steps", "tool_calls", "turns", "warehouse_catalog", *CHARACTERIZE_KEYS, *FIT_KEYS,
-])
+EXPECTED_ASSET_KEYS = sorted(
+    [
+        "filter_batches",
+        "gpu_samples",
+        "rank_times",
+        "rejects",
+        "runs",
+        "samples",
+        "source_files",
+        "step_metrics",
+        "step_windows",
+        "steps",
+        "tool_calls",
+        "turns",
+        "warehouse_catalog",
+        *CHARACTERIZE_KEYS,
+        *FIT_KEYS,
+    ]
+)
 EXPECTED_CHECK_KEYS = [
     "filter_batches:schema_matches_contract",
     "gpu_samples:schema_matches_contract",
@@ -58,8 +80,14 @@ EXPECTED_CHECK_KEYS = [
     "turns:non_negative_times",
     "turns:schema_matches_contract",
 ]
-BLOCKING_CHECKS = {k for k in EXPECTED_CHECK_KEYS if k.endswith(":schema_matches_contract")} | {"steps:unique_ordered_steps"}
-TABLE_KEYS = [k for k in EXPECTED_ASSET_KEYS if k != "warehouse_catalog" and k not in CHARACTERIZE_KEYS and k not in FIT_KEYS]
+BLOCKING_CHECKS = {k for k in EXPECTED_CHECK_KEYS if k.endswith(":schema_matches_contract")} | {
+    "steps:unique_ordered_steps"
+}
+TABLE_KEYS = [
+    k
+    for k in EXPECTED_ASSET_KEYS
+    if k != "warehouse_catalog" and k not in CHARACTERIZE_KEYS and k not in FIT_KEYS
+]
 
 
 def test_code_location_loads_like_dagster_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,15 +98,20 @@ def test_code_location_loads_like_dagster_dev(tmp_path: Path, monkeypatch: pytes
 
     monkeypatch.setenv("POLYTRACE_WAREHOUSE", str(tmp_path / "wh"))
     opts = WorkspaceOpts(module_name=("pipelines.definitions",))
-    with instance_for_test() as instance, get_workspace_from_cli_opts(
-        instance, __version__, opts, allow_in_process=True, log_level="warning"
-    ) as ws:
+    with (
+        instance_for_test() as instance,
+        get_workspace_from_cli_opts(
+            instance, __version__, opts, allow_in_process=True, log_level="warning"
+        ) as ws,
+    ):
         entries = ws.get_code_location_entries()
         assert list(entries) == ["pipelines.definitions"]
         entry = entries["pipelines.definitions"]
         assert entry.load_error is None, entry.load_error
         (repo,) = entry.code_location.get_repositories().values()
-        assert sorted(n.asset_key.to_user_string() for n in repo.get_asset_node_snaps()) == EXPECTED_ASSET_KEYS
+        assert (
+            sorted(n.asset_key.to_user_string() for n in repo.get_asset_node_snaps()) == EXPECTED_ASSET_KEYS
+        )
         checks = sorted(f"{c.asset_key.to_user_string()}:{c.name}" for c in repo.get_asset_check_node_snaps())
         assert checks == EXPECTED_CHECK_KEYS
         assert sorted(s.name for s in repo.get_sensors()) == ["cross_run_sensor", "run_dirs_sensor"]
@@ -109,10 +142,12 @@ def test_groups_partitions_and_jobs() -> None:
     ingest_job = defs.resolve_job_def(INGEST_JOB_NAME)
     assert ingest_job.partitions_def is not None and ingest_job.partitions_def.name == RUNS_PARTITIONS_NAME
     assert sorted(k.to_user_string() for k in ingest_job.asset_layer.selected_asset_keys) == sorted(
-        [*TABLE_KEYS, "warehouse_catalog"])
+        [*TABLE_KEYS, "warehouse_catalog"]
+    )
     cross = defs.resolve_job_def(CROSS_RUN_JOB_NAME)
     assert sorted(k.to_user_string() for k in cross.asset_layer.selected_asset_keys) == sorted(
-        ["warehouse_catalog", *CHARACTERIZE_KEYS, *FIT_KEYS])
+        ["warehouse_catalog", *CHARACTERIZE_KEYS, *FIT_KEYS]
+    )
 
 
 def test_resource_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,8 +167,13 @@ def test_resource_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 OLD = time.time() - 3600  # an mtime old enough to count as settled
 
 
-def _run_dir(root: Path, name: str, text: str = "step:1 - timing_s/step:2.0\n", mtime: float = OLD,
-             manifest: str | None = None) -> Path:
+def _run_dir(
+    root: Path,
+    name: str,
+    text: str = "step:1 - timing_s/step:2.0\n",
+    mtime: float = OLD,
+    manifest: str | None = None,
+) -> Path:
     d = root / name
     d.mkdir(parents=True, exist_ok=True)
     (d / "train.log").write_text(text)
@@ -166,7 +206,10 @@ def test_sensor_adds_partitions_and_requests_new_and_changed(tmp_path: Path) -> 
     with DagsterInstance.ephemeral() as instance:
         res = _tick(instance, logs)
         (add,) = res.dynamic_partitions_requests
-        assert add.partitions_def_name == RUNS_PARTITIONS_NAME and list(add.partition_keys) == ["custom-id", "run-a"]
+        assert add.partitions_def_name == RUNS_PARTITIONS_NAME and list(add.partition_keys) == [
+            "custom-id",
+            "run-a",
+        ]
         assert sorted(r.partition_key for r in res.run_requests) == ["custom-id", "run-a"]
         assert all(r.run_key and r.run_key.startswith(r.partition_key + "@") for r in res.run_requests)
         cursor = json.loads(res.cursor)

@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from _fit_synth import synth_multiturn, synth_samples
@@ -134,10 +135,13 @@ def test_v1_round_trip_through_our_reader(single, tmp_path: Path):
 def test_multiturn_v2_round_trip(multi, tmp_path: Path):
     out = tmp_path / "mt"
     export(multi, "polytrace-v2", out, steps=1, seed=2)
-    assert (out / "multiturn_workload_step_0.jsonl").exists() and (out / "packed_lengths_step_0.jsonl").exists()
-    (out / "packed_lengths_step_0.jsonl").unlink()  # the packed view repeats the same samples
+    # a multi-turn task is written as trajectories only: a packed view would repeat the same samples
+    assert sorted(p.name for p in out.iterdir()) == ["multiturn_workload_step_0.jsonl"]
     ingest_run(out, tmp_path / "wh", run_id="mt")
     g = _generated(multi, 1, 2)
+    # exact counts: 8 prompts x 4 samples = 32 trajectories for the one step, each once
+    assert g.samples.height == 32
+    assert scan_table(tmp_path / "wh", "samples", ["mt"]).collect().height == g.samples.height
     turns = scan_table(tmp_path / "wh", "turns", ["mt"]).collect()
     calls = scan_table(tmp_path / "wh", "tool_calls", ["mt"]).collect()
     assert turns.height == g.turns.height and calls.height == g.tool_calls.height
@@ -163,3 +167,26 @@ def test_cli_export_and_sample(single, tmp_path: Path, capsys):
     (tmp_path / "bad.json").write_text("{}")
     assert main(["export", "--spec", str(tmp_path / "bad.json"), "--format", "vidur", "--out", str(tmp_path / "x")]) == 2
     assert "missing required key" in capsys.readouterr().err
+
+
+@pytest.mark.real_logs
+def test_params_export_has_polytrace_parameter_file_structure(real_file, single, multi, tmp_path: Path):
+    ref = json.loads(real_file("polytrace/dataset/workloads/enhanced_task_distribution_parameters.json").read_text())
+    (pp,) = export(single, "polytrace-params", tmp_path / "pp")
+    ours = json.loads(pp.read_text())
+    assert {"version", "extraction_info"} <= set(ours)
+    ref_task, our_task = ref["math_task"], ours["math_task"]
+    # every key PolyTrace's math task has, ours has; same for its marginal and joint entries
+    assert set(ref_task) - {"extraction_date"} <= set(our_task)
+    assert set(ref_task["output_distribution"]) <= set(our_task["output_distribution"])
+    assert set(ref_task["joint_distribution"]) <= set(our_task["joint_distribution"])
+    assert set(ref_task["gmm_parameters"]) == set(our_task["gmm_parameters"])
+    # scipy parameter order: the family loads with the listed parameters
+    from scipy import stats
+
+    d = our_task["output_distribution"]
+    assert np.isfinite(getattr(stats, d["type"])(*d["parameters"]).mean())
+    (pm,) = export(multi, "polytrace-params", tmp_path / "pm")
+    tool = json.loads(pm.read_text())["tool_calling_task"]
+    assert {"task_type", "call_count_distribution", "total_sessions", "available_call_counts"} <= set(tool)
+    assert set(ref["tool_calling_task"]["call_count_distribution"]) and all(k.isdigit() for k in tool["call_count_distribution"])

@@ -93,3 +93,9 @@ def test_fidelity_cli_on_a_real_polytrace_run(real_file, tmp_path, capsys):
     assert main(["sample", "--spec", str(tmp_path / "spec.json"), "--steps", "2", "--seed", "1", "--out", str(tmp_path / "g")]) == 0
     assert sorted(p.name for p in (tmp_path / "g").iterdir())[:2] == ["packed_lengths_step_0.jsonl", "packed_lengths_step_1.jsonl"]
     assert main(["fidelity", "nope", "--warehouse", str(wh)]) == 2
+
+
+def test_a_run_too_small_to_split_is_an_error_not_a_crash():
+    s = synth_samples(steps=1, prompts=2, n=2, seed=0)  # 2 prompts: 8 pseudo-steps cannot be filled
+    with pytest.raises(ValueError):
+        fidelity(RunFrames("tiny", s), seeds=(0,))

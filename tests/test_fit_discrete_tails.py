@@ -65,3 +65,10 @@ def test_body_tail_recovers_a_pareto_tail():
 def test_body_tail_needs_enough_exceedances():
     with pytest.raises(ValueError):
         fit_body_tail(np.arange(1, 40, dtype=float))
+
+
+def test_discrete_gof_is_total_variation_by_hand():
+    # empirical smoothed pmf [0.25, 0.05, 0.55, 0.15] vs observed [0.25, 0, 0.625, 0.125]:
+    # TV = (0 + 0.05 + 0.075 + 0.025) / 2 = 0.075
+    f = fit_discrete(np.array([1, 1, 3, 3, 3, 3, 3, 4]))
+    assert f.to_dict()["gof"]["tv_distance"] == pytest.approx(0.075)

@@ -85,8 +85,15 @@ def test_steps_unique_ordered_pass_per_run() -> None:
     # two runs each with steps 1, 2: unique and ordered within each run
     passed, meta = tc.check_steps_unique_ordered(_steps(["a", "a", "b", "b"], [1, 2, 1, 2]))
     assert passed
-    assert meta == {"rows": 4, "distinct_steps": 4, "null_steps": 0, "duplicated_steps": 0, "out_of_order_rows": 0,
-                    "min_step": 1, "max_step": 2}
+    assert meta == {
+        "rows": 4,
+        "distinct_steps": 4,
+        "null_steps": 0,
+        "duplicated_steps": 0,
+        "out_of_order_rows": 0,
+        "min_step": 1,
+        "max_step": 2,
+    }
 
 
 def test_steps_duplicate_fails() -> None:
@@ -144,7 +151,9 @@ def _files(rows: list[tuple[str, str, int, int, int, int]]) -> pl.DataFrame:
 
 
 def test_lines_accounted() -> None:
-    sf = _files([("a.log", "ok", 10, 7, 1, 2), ("b.log", "error", 0, 0, 0, 0), ("c.log", "partial", 5, 3, 2, 0)])
+    sf = _files(
+        [("a.log", "ok", 10, 7, 1, 2), ("b.log", "error", 0, 0, 0, 0), ("c.log", "partial", 5, 3, 2, 0)]
+    )
     passed, meta = tc.check_lines_accounted(sf)
     assert passed and meta == {"files": 3, "files_read": 2, "files_unaccounted": 0, "lines": 15}
     sf = _files([("a.log", "ok", 10, 7, 1, 1)])  # 7 + 1 + 1 = 9 != 10
@@ -161,7 +170,9 @@ def test_reject_share_threshold_and_reasons() -> None:
     assert meta["top_reasons"] == {"bad number": 3, "cut line": 2}
     assert meta["worst_files"] == ["a.log: 5.00% (5)"]
     # one more reject: 6 / 100 = 6%
-    passed, meta = tc.check_reject_share(_files([("a.log", "partial", 1000, 94, 6, 900)]), None, max_share=0.05)
+    passed, meta = tc.check_reject_share(
+        _files([("a.log", "partial", 1000, 94, 6, 900)]), None, max_share=0.05
+    )
     assert not passed and meta["reject_share"] == 0.06
 
 
@@ -206,7 +217,12 @@ def test_row_counts(tmp_path: Path) -> None:
     assert partition_rows(tmp_path, "steps", "nope") == 0
     counts = run_row_counts(tmp_path, "r1", ["steps", "samples"])
     assert counts == {"steps": 3, "samples": 0}
-    assert counts_markdown(counts).splitlines() == ["| table | rows |", "| --- | ---: |", "| steps | 3 |", "| samples | 0 |"]
+    assert counts_markdown(counts).splitlines() == [
+        "| table | rows |",
+        "| --- | ---: |",
+        "| steps | 3 |",
+        "| samples | 0 |",
+    ]
 
 
 @pytest.mark.parametrize("table", sorted(TABLES))

@@ -143,9 +143,15 @@ def run(args: argparse.Namespace) -> int:
         results = []
         for r in runs:
             f = load_run(root, r)
-            res = fidelity(f, seeds=tuple(range(args.seeds))) if r in have else step_time_only(f)
+            try:
+                res = fidelity(f, seeds=tuple(range(args.seeds))) if r in have else step_time_only(f)
+            except ValueError as exc:  # too little data to split, fit or score: say so, score the rest
+                print(f"polytrace fidelity: {r}: cannot score: {exc}", file=sys.stderr)
+                continue
             if res is not None:
                 results.append(res)
+        if not results:
+            raise UsageError("no run could be scored")
         if args.format == "json":
             out = [{k: v for k, v in r.items() if k != "real_per_step"} for r in results]
             sys.stdout.write(json.dumps(out if len(out) > 1 else out[0], indent=1) + "\n")

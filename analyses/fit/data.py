@@ -71,7 +71,7 @@ def runs_with_samples(root: Path) -> list[str]:
 def fit_runs(root: Path, runs: list[str] | None = None, seed: int = 0) -> dict:
     """Fit every (selected) run of the warehouse into one spec document."""
     from analyses.fit.spec import build_spec, workload_key
-    from analyses.fit.workload import fit_workload
+    from analyses.fit.select import fit_workload_selected
 
     chosen = runs if runs else runs_with_samples(root)
     workloads: dict[str, dict] = {}
@@ -82,7 +82,7 @@ def fit_runs(root: Path, runs: list[str] | None = None, seed: int = 0) -> dict:
         for t in tasks if several else [None]:
             s = f.samples if t is None else f.samples.filter(pl.col("task") == t)
             task = t or f.task or (tasks[0] if tasks else None)
-            workloads[workload_key(r, task, several)] = fit_workload(
+            workloads[workload_key(r, task, several)] = fit_workload_selected(
                 s, turns=f.turns, tool_calls=f.tool_calls, rank_times=f.rank_times, run_id=r, task=task,
                 max_response_length=f.max_response_length, seed=seed,
             )

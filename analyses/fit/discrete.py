@@ -51,6 +51,7 @@ class DiscreteFit:
                 "shift": self.shift,
                 "n": self.n,
                 "aic": self.aic,
+                "gof": {"tv_distance": next((c.get("tv_distance") for c in self.candidates if c["method"] == self.method), None)},
                 "candidates": self.candidates,
             }
         )
@@ -107,6 +108,14 @@ def fit_discrete(x: np.ndarray, tail_mass: float = 1e-6) -> DiscreteFit:
         res = optimize.minimize(nll, [math.log(r0), math.log(p0 / (1 - p0))], method="Nelder-Mead")
         r, p = math.exp(res.x[0]), 1 / (1 + math.exp(-res.x[1]))
         cands.append({"method": "nbinom", "k": 2, "aic": 4 + 2 * float(res.fun), "params": {"n": r, "p": p}})
+    emp = counts / n
+    for c in cands:  # total-variation distance to the observed frequencies, for every candidate
+        if c["method"] == "empirical_smoothed":
+            c["tv_distance"] = 0.5 * float(np.abs(sm - emp).sum())
+        else:
+            d = stats.poisson(c["params"]["mu"]) if c["method"] == "poisson" else stats.nbinom(c["params"]["n"], c["params"]["p"])
+            p_in = d.pmf(support - lo)
+            c["tv_distance"] = 0.5 * float(np.abs(p_in - emp).sum() + max(0.0, 1 - p_in.sum()))
     best_param = min((c for c in cands if c["method"] != "empirical_smoothed"), key=lambda c: c["aic"], default=None)
     if best_param is not None and best_param["aic"] <= cands[0]["aic"]:
         dist = stats.poisson(best_param["params"]["mu"]) if best_param["method"] == "poisson" else stats.nbinom(best_param["params"]["n"], best_param["params"]["p"])

@@ -3,8 +3,9 @@
 Sample-based formats generate steps with the seeded sampler first (same seed, same bytes):
 
 * ``polytrace-v2`` -- ``packed_lengths_step_<k>.jsonl`` (one record per prompt: step, rank,
-  dp_rank, tp_rank, local_index, input, output[n], n_sampling, validate), plus
-  ``multiturn_workload_step_<k>.jsonl`` for multi-turn tasks and ``reward_timings_step_<k>.jsonl``
+  dp_rank, tp_rank, local_index, input, output[n], n_sampling, validate) for single-turn tasks,
+  ``multiturn_workload_step_<k>.jsonl`` (one record per trajectory) *instead* for multi-turn
+  tasks (both would describe the same samples twice), and ``reward_timings_step_<k>.jsonl``
   where reward time was fitted -- what PolyTrace's replay reader loads.
 * ``polytrace-v1`` -- ``workload_v1.json``: ``{"<step>": {"input": [per prompt], "output": [n per
   prompt, consecutive]}}``.
@@ -107,7 +108,9 @@ def write_v2(g: Generated, w: dict[str, Any], d: Path) -> list[Path]:
     recs = packed_records(g.samples)
     multi = g.turns is not None
     cap = w["variables"]["response_tokens"].get("censor_at")
-    for (k,), part in recs.group_by("step", maintain_order=True):
+    # a multi-turn task is written as multiturn_workload files only (as PolyTrace's own multi-turn
+    # runs are): a packed view of the same trajectories would make a reader count every sample twice
+    for (k,), part in ([] if multi else recs.group_by("step", maintain_order=True)):
         p = d / f"packed_lengths_step_{int(k)}.jsonl"
         part.write_ndjson(p)
         out.append(p)
@@ -249,7 +252,10 @@ def _scipy_marginal(v: dict[str, Any]) -> dict[str, Any]:
         return {"type": best["family"], "parameters": best["params"], "ks_statistic": gof.get("ks"), "ks_p_value": gof.get("ks_p"),
                 "censor_at": v.get("censor_at")}
     if v.get("kind") == "categorical":
-        return {"type": "empirical", "values": v["values"], "probabilities": v["probs"]}
+        atoms = {"empirical_values": v["values"], "empirical_probabilities": v["probs"]}
+        if "scipy_fallback" in v:  # PolyTrace samples scipy families: give it one, keep the atoms beside
+            return {**_scipy_marginal(v["scipy_fallback"]), **atoms}
+        return {"type": "empirical", **atoms}
     if v.get("kind") == "body_tail":
         return {"type": "body_genpareto", "body": _scipy_marginal(v["body"]), "threshold": v["threshold"],
                 "tail_probability": v["tail_prob"], "tail": {"type": "genpareto", "parameters": v["tail"]["params"]}}

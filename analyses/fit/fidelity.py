@@ -21,7 +21,8 @@ Protocol (identical for our fitted model and for PolyTrace's histogram resampler
    over generated steps -- whether the workload's level is right, step-to-step noise aside).
 
 Nothing is tuned on the held-out steps: the model choices (families, AIC, drift test, copula vs
-mixture) are made on the training steps only.
+mixture, and the response model and window chosen by rolling-origin validation inside the
+fitted steps, :mod:`analyses.fit.select`) are made on the training steps only.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ import polars as pl
 from analyses.fit.baseline import HistogramBaseline
 from analyses.fit.data import RunFrames
 from analyses.fit.sampler import generate
-from analyses.fit.workload import fit_workload, training_samples
+from analyses.fit.select import fit_workload_selected
+from analyses.fit.workload import training_samples
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 TRAIN_FRACTION = 2 / 3
@@ -145,7 +147,9 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
     fr = sp.frames
     train = fr.restrict(sp.train_steps)
     held = fr.restrict(sp.heldout_steps)
-    wl = fit_workload(train.samples, turns=train.turns, tool_calls=train.tool_calls, rank_times=train.rank_times,
+    if training_samples(held.samples).height == 0 or training_samples(train.samples).height < 2:
+        raise ValueError(f"{frames.run_id}: too few samples to split into fitted and held-out steps")
+    wl = fit_workload_selected(train.samples, turns=train.turns, tool_calls=train.tool_calls, rank_times=train.rank_times,
                       run_id=fr.run_id, task=fr.task, max_response_length=fr.max_response_length)
     multi = bool(wl["batch"]["multi_turn"])
     has_ranks = bool(wl["batch"]["has_ranks"])
@@ -196,7 +200,9 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
         "baseline_generated_mean": bl["generated_mean"],
         "real_per_step": real.to_dicts(),
         "model": {"response_family": wl["variables"]["response_tokens"].get("family") or wl["variables"]["response_tokens"]["kind"],
-                  "joint": wl["joint"].get("selected"), "drift": wl["drift"]["kind"]},
+                  "joint": wl["joint"].get("selected"), "drift": wl["drift"]["kind"],
+                  "selected": (wl.get("response_selection") or {}).get("selected"),
+                  "validation_accuracy_pct": (wl.get("response_selection") or {}).get("mean_accuracy_pct")},
     }
 
 

@@ -19,6 +19,7 @@ import polars as pl
 
 from analyses.fit.continuous import ContinuousFit, apply_bounds
 from analyses.fit.drift import DriftModel
+from analyses.fit.empirical import EmpiricalTailFit
 from analyses.fit.joint import GaussianMixture, GroupCopula
 from analyses.fit.workload import marginal
 
@@ -43,10 +44,16 @@ def steps_for(workload: dict[str, Any], n_steps: int) -> list[int]:
     return list(range(first, first + int(n_steps)))
 
 
-def _scaled_ppf(m: Any, u: np.ndarray, factor: float) -> np.ndarray:
+def _scaled_ppf(m: Any, u: np.ndarray, factor: float, cap: float | None = None) -> np.ndarray:
     if isinstance(m, ContinuousFit):
         return apply_bounds(m.dist().ppf(u) * factor, m.lower, m.censor_at, m.integer)
-    return np.rint(np.asarray(m.ppf(u), dtype=float) * factor)
+    if isinstance(m, EmpiricalTailFit):
+        # the cap mass stays at the cap whatever the drift factor: only the uncensored part scales
+        v = np.asarray(m.ppf(u), dtype=float)
+        at_cap = u >= 1 - m.p_cap
+        return apply_bounds(np.where(at_cap, v, v * factor), m.lower, m.censor_at, m.integer)
+    v = np.rint(np.asarray(m.ppf(u), dtype=float) * factor)
+    return np.minimum(v, cap) if cap is not None else v
 
 
 def generate(workload: dict[str, Any], steps: Iterable[int], seed: int, key: str | None = None) -> Generated:
@@ -80,7 +87,7 @@ def _gen_step(w: dict[str, Any], step: int, rng: np.random.Generator) -> tuple[p
         cop = GroupCopula.from_dict(joint.get("gaussian_copula") or {})
         up, ur = cop.latents(rng, G, n)
         prompt = np.maximum(np.rint(mp.ppf(up)), 1.0)
-        resp = _scaled_ppf(mr, ur.ravel(), f)
+        resp = _scaled_ppf(mr, ur.ravel(), f, v["response_tokens"].get("censor_at"))
     g = np.repeat(np.arange(G), n)
     ndp = len(b.get("dp_ranks") or [0])
     dp_idx = g * ndp // G

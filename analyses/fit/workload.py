@@ -15,6 +15,7 @@ import polars as pl
 from analyses.fit.continuous import ContinuousFit, _clean, fit_continuous, infer_cap
 from analyses.fit.discrete import CategoricalFit, DiscreteFit, fit_categorical, fit_discrete, is_categorical
 from analyses.fit.drift import DriftModel, fit_drift
+from analyses.fit.empirical import EmpiricalTailFit, fit_empirical_tail
 from analyses.fit.joint import (
     GaussianMixture,
     GroupCopula,
@@ -24,7 +25,8 @@ from analyses.fit.joint import (
 )
 from analyses.fit.tails import BodyTailFit, fit_body_tail
 
-Marginal = ContinuousFit | DiscreteFit | CategoricalFit | BodyTailFit
+Marginal = ContinuousFit | DiscreteFit | CategoricalFit | BodyTailFit | EmpiricalTailFit
+RESPONSE_MODELS = ("parametric", "empirical_tail")
 MIN_TAIL_N = 200  # below this, a GPD tail is not identifiable: fit the body family alone
 
 
@@ -39,6 +41,8 @@ def marginal(d: dict[str, Any]) -> Marginal:
         return CategoricalFit.from_dict(d)
     if kind == "body_tail":
         return BodyTailFit.from_dict(d)
+    if kind == "empirical_tail":
+        return EmpiricalTailFit.from_dict(d)
     raise ValueError(f"unknown variable kind {kind!r}")
 
 
@@ -77,7 +81,12 @@ def batch_shape(s: pl.DataFrame) -> dict[str, Any]:
 
 def _fit_length(x: np.ndarray, cap: float | None, seed: int) -> dict[str, Any]:
     if is_categorical(x):
-        return fit_categorical(x).to_dict()
+        d = fit_categorical(x).to_dict()
+        if np.unique(x).size > 1:
+            # a plain scipy family too, for consumers that only read scipy marginals (PolyTrace params)
+            d["scipy_fallback"] = fit_continuous(x, censor_at=cap, seed=seed, integer=True,
+                                                 families=("lognorm", "gamma", "weibull_min")).to_dict()
+        return d
     return fit_continuous(x, censor_at=cap, seed=seed, integer=True).to_dict()
 
 
@@ -102,8 +111,20 @@ def fit_workload(
     max_response_length: float | None = None,
     seed: int = 0,
     select_joint: bool = True,
+    response_model: str = "parametric",
+    response_steps: list[int] | None = None,
+    response_tail_limit: float = 2.0,
 ) -> dict[str, Any]:
-    """The spec entry for one run x task."""
+    """The spec entry for one run x task.
+
+    ``response_model``: ``parametric`` (censored MLE families, AIC) or ``empirical_tail``
+    (:mod:`analyses.fit.empirical`). ``response_steps``: fit the response marginal and its drift
+    on these steps only (a recent window); everything else uses every step.
+    ``response_tail_limit``: for ``empirical_tail`` with no cap known, the GPD tail is truncated
+    at this multiple of the largest value seen.
+    """
+    if response_model not in RESPONSE_MODELS:
+        raise ValueError(f"response_model must be one of {RESPONSE_MODELS}, got {response_model!r}")
     s = training_samples(samples)
     if s.height < 2:
         raise ValueError(f"{run_id}: fewer than 2 training samples")
@@ -120,16 +141,28 @@ def fit_workload(
     variables: dict[str, Any] = {}
     variables["prompt_tokens"] = _fit_length(first["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy(), None, seed)
 
-    drift = fit_drift(steps, resp) if not multi else DriftModel("none", 0.0, 0.0, 0.0, int(steps.min()), int(steps.max()), 0.0)
-    if drift.kind != "none":
+    win = np.isin(steps, response_steps) if response_steps else np.ones(steps.size, bool)
+    if not win.any():
+        raise ValueError(f"{run_id}: no samples in the response window {response_steps}")
+    steps_w, resp_w = steps[win], resp[win]
+    drift = fit_drift(steps_w, resp_w) if not multi else DriftModel("none", 0.0, 0.0, 0.0, int(steps.min()), int(steps.max()), 0.0)
+    if response_model == "empirical_tail":
+        # de-trended like the parametric fit; values at the cap are the cap mass whatever the step
+        f = np.exp(drift.log_factor(steps_w)) if drift.kind != "none" else np.ones(resp_w.size)
+        at_cap = resp_w >= cap if cap is not None else np.zeros(resp_w.size, bool)
+        variables["response_tokens"] = fit_empirical_tail(np.where(at_cap, resp_w, resp_w / f), cap,
+                                                               tail_limit=response_tail_limit).to_dict()
+    elif drift.kind != "none":
+        steps, resp = steps_w, resp_w
         # fit the shape on de-trended lengths; values at the cap become individual lower bounds
         f = np.exp(drift.log_factor(steps))
         cens = resp >= cap if cap is not None else np.zeros(resp.size, bool)
         rfit = fit_continuous(np.minimum(resp, cap or np.inf) / f, censor_at=cap, censored=cens, seed=seed, integer=True, lower=1.0)
         variables["response_tokens"] = rfit.to_dict()
     else:
-        variables["response_tokens"] = _fit_length(resp, cap, seed)
+        variables["response_tokens"] = _fit_length(resp_w, cap, seed)
     variables["response_tokens"]["censor_at"] = cap
+    steps, resp = s["step"].to_numpy(), s["response_tokens"].cast(pl.Float64).to_numpy()
 
     if multi:
         variables.update(_fit_multiturn(s, turns, tool_calls, cap, seed))
@@ -142,7 +175,7 @@ def fit_workload(
 
     copula = fit_group_copula(prompt, resp, groups)
     joint: dict[str, Any] = {"selected": "gaussian_copula", "gaussian_copula": copula.to_dict()}
-    if select_joint and not multi:
+    if select_joint and not multi and response_model == "parametric" and response_steps is None:
         joint.update(_select_joint(s, variables, cap, seed))
     # PolyTrace's own joint: a mixture in raw token space, for the params export
     try:

@@ -67,18 +67,28 @@ def fit_warehouse(root: Path, seeds: tuple[int, ...] = FIDELITY_SEEDS) -> dict[s
     from analyses.fit.fidelity import fidelity, step_time_only
     from analyses.fit.spec import write_spec
 
-    runs = runs_with_samples(root)
     fit_dir(root).mkdir(parents=True, exist_ok=True)
     specs: dict[str, Path] = {}
-    for r in runs:
-        specs[r] = write_spec(fit_runs(root, [r]), spec_path(root, r))
+    skipped: dict[str, str] = {}
+    runs = []
+    for r in runs_with_samples(root):
+        try:  # a run too small to fit is reported, not fatal for the others
+            specs[r] = write_spec(fit_runs(root, [r]), spec_path(root, r))
+            runs.append(r)
+        except ValueError as exc:
+            skipped[r] = str(exc)
     if runs:
         specs["*"] = write_spec(fit_runs(root, runs), spec_path(root))
-    results = [fidelity(load_run(root, r), seeds=seeds) for r in runs]
+    results = []
+    for r in runs:
+        try:
+            results.append(fidelity(load_run(root, r), seeds=seeds))
+        except ValueError as exc:
+            skipped[r] = f"fidelity: {exc}"
     timed = [t for t in (step_time_only(load_run(root, r)) for r in runs_with_steps(root) if r not in runs) if t]
     slim = [{k: v for k, v in r.items() if k != "real_per_step"} for r in [*results, *timed]]
     fidelity_path(root).write_text(json.dumps(slim, indent=1) + "\n")
-    return {"runs": runs, "specs": specs, "fidelity": results, "step_models": timed}
+    return {"runs": runs, "specs": specs, "fidelity": results, "step_models": timed, "skipped": skipped}
 
 
 @asset(
@@ -100,6 +110,8 @@ def workload_specs(context, warehouse: WarehouseResource) -> MaterializeResult:
         "step_time_model": MetadataValue.md(step_model_markdown(out["fidelity"] + out["step_models"])),
         "fidelity_json": MetadataValue.path(str(fidelity_path(warehouse.root_path))),
     }
+    if out["skipped"]:
+        meta["skipped"] = MetadataValue.md("\n".join(f"- `{r}`: {why}" for r, why in out["skipped"].items()))
     if "*" in out["specs"]:
         meta["spec"] = MetadataValue.path(str(out["specs"]["*"]))
     for r in out["fidelity"]:

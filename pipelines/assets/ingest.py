@@ -91,12 +91,24 @@ def _table_metadata(root: Path, table: str, run_id: str, report: RunReport) -> d
     meta = frame_metadata(head, rows)
     files = partition_files(root, table, run_id)
     if files:  # the schema as stored, which the schema check compares with the contract
-        meta["dagster/column_schema"] = frame_table_schema({"run_id": pl.String(), **pl.read_parquet_schema(files[0])})
+        meta["dagster/column_schema"] = frame_table_schema(
+            {"run_id": pl.String(), **pl.read_parquet_schema(files[0])}
+        )
     meta["run_id"] = run_id
     meta["partition_path"] = MetadataValue.path(str(partition_dir(root, table, run_id)))
     if table == "source_files":
         sf = scan_table(root, "source_files", [run_id]).head(FILES_LISTED).collect()
-        cols = ["path", "format", "status", "lines", "rows_ok", "rows_rejected", "rows_skipped", "rows_out", "error"]
+        cols = [
+            "path",
+            "format",
+            "status",
+            "lines",
+            "rows_ok",
+            "rows_rejected",
+            "rows_skipped",
+            "rows_out",
+            "error",
+        ]
         meta["files"] = MetadataValue.md(markdown_preview(sf.select(cols), n=FILES_LISTED, total_rows=rows))
         meta["ingest_seconds"] = MetadataValue.float(round(report.seconds, 3))
         meta["rows_rejected"] = MetadataValue.int(report.rows_rejected)
@@ -117,7 +129,9 @@ def warehouse_catalog(context, warehouse: WarehouseResource) -> MaterializeResul
     path = refresh_catalog(root)
     con = warehouse.connect()
     try:
-        counts = {t: con.execute(f'SELECT count(*), count(DISTINCT run_id) FROM "{t}"').fetchone() for t in TABLES}
+        counts = {
+            t: con.execute(f'SELECT count(*), count(DISTINCT run_id) FROM "{t}"').fetchone() for t in TABLES
+        }
     finally:
         con.close()
     rows = {t: int(c[0]) for t, c in counts.items()}

@@ -1,0 +1,104 @@
+"""Choose the response-length model by rolling-origin validation inside the fitted steps.
+
+Candidates: the response marginal is ``parametric`` (censored MLE families, AIC) or
+``empirical_tail`` (empirical body + GPD tail + cap mass; with no cap known its tail is truncated
+at 1x or 2x the largest value seen), fitted on ``all`` fitted steps or on the ``recent`` half of
+them (later steps weigh more when the workload drifts).
+
+Validation never sees the steps it is asked to choose for: given fitted steps ``t_0 < ... <
+t_{m-1}``, each origin ``j`` fits every candidate on ``t_0..t_{j-1}`` and scores it on
+``t_j..t_{m-1}`` with the fidelity score itself (per-step total tokens, longest and p99
+response, makespan; seed-averaged; 100 - MAPE) over ``CV_SEEDS``. The origins are the
+protocol's own two-thirds point of the fitted steps and the last fitted step. The candidate with the best mean score wins; the
+parametric all-steps model wins ties and is used when there are fewer than 3 fitted steps or the
+task is multi-turn (its responses are built from turns, not from the response marginal).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from analyses.fit.continuous import fit_continuous
+from analyses.fit.workload import fit_workload, training_samples
+
+# (model, window); "empirical_tail<x>" = empirical_tail with tail_limit x
+CANDIDATES: tuple[tuple[str, str], ...] = tuple(
+    (m, w) for m in ("parametric", "empirical_tail1", "empirical_tail2") for w in ("all", "recent")
+)
+CV_SEEDS = tuple(range(10))  # the per-step maximum is heavy-tailed: few seeds make the choice a coin toss
+MIN_STEPS = 3
+
+
+def recent_window(steps: list[int]) -> list[int]:
+    """The later half of the steps (at least 2, rounded up)."""
+    k = max(2, (len(steps) + 1) // 2)
+    return list(steps[-k:])
+
+
+def origins(m: int) -> list[int]:
+    """Rolling origins (number of steps fitted) for ``m`` fitted steps: two thirds, and m - 1."""
+    if m < MIN_STEPS:
+        return []
+    j = min(max(int(round(m * 2 / 3)), 2), m - 1)
+    return sorted({j, m - 1})
+
+
+def _fit(samples: pl.DataFrame, model: str, window: str, kw: dict[str, Any]) -> dict[str, Any]:
+    steps = sorted(int(v) for v in samples["step"].unique())
+    win = recent_window(steps) if window == "recent" else None
+    if model.startswith("empirical_tail"):
+        return fit_workload(samples, response_model="empirical_tail", response_steps=win,
+                            response_tail_limit=float(model[len("empirical_tail"):]), **kw)
+    return fit_workload(samples, response_model=model, response_steps=win, **kw)
+
+
+def validate_candidates(samples: pl.DataFrame, kw: dict[str, Any], seeds: tuple[int, ...] = CV_SEEDS) -> dict[str, Any]:
+    """Rolling-origin scores of every candidate on ``samples`` (the fitted steps only)."""
+    from analyses.fit.fidelity import _scores, step_statistics
+    from analyses.fit.sampler import generate
+
+    s = training_samples(samples)
+    steps = sorted(int(v) for v in s["step"].unique())
+    js = origins(len(steps))
+    has_ranks = bool(s["dp_rank"].drop_nulls().len())
+    names = ["total_tokens", "longest_response", "p99_response"] + (["makespan_tokens"] if has_ranks else [])
+    scores: dict[str, list[float]] = {f"{m}/{w}": [] for m, w in CANDIDATES}
+    for j in js:
+        fit_s = samples.filter(pl.col("step").is_in(steps[:j]))
+        real = step_statistics(s.filter(pl.col("step").is_in(steps[j:])), False, has_ranks)
+        for m, w in CANDIDATES:
+            wl = _fit(fit_s, m, w, kw)
+            gen = [step_statistics(generate(wl, steps[j:], sd).samples, False, has_ranks) for sd in seeds]
+            scores[f"{m}/{w}"].append(_scores(real, gen, names)["accuracy_pct"])
+    mean = {k: float(np.mean(v)) for k, v in scores.items() if v}
+    return {"origins": [{"fitted_steps": steps[:j], "validated_steps": steps[j:]} for j in js], "seeds": list(seeds),
+            "scores": scores, "mean_accuracy_pct": mean}
+
+
+def fit_workload_selected(samples: pl.DataFrame, **kw: Any) -> dict[str, Any]:
+    """:func:`fit_workload` with the response model chosen by rolling-origin validation."""
+    s = training_samples(samples)
+    multi = bool(s["n_turns"].drop_nulls().len() and (s["n_turns"].fill_null(1) > 1).any())
+    n_steps = s["step"].n_unique()
+    if multi or n_steps < MIN_STEPS:
+        wl = fit_workload(samples, **kw)
+        wl["response_selection"] = {"selected": "parametric/all", "reason": "multi-turn" if multi else f"{n_steps} fitted steps"}
+        return wl
+    cv = validate_candidates(samples, kw)
+    default = "parametric/all"
+    best = max(cv["mean_accuracy_pct"], key=lambda k: (cv["mean_accuracy_pct"][k], k == default))
+    model, window = best.split("/")
+    wl = _fit(samples, model, window, kw)
+    if model.startswith("empirical_tail"):
+        # a scipy family beside it, for consumers that only read scipy marginals (PolyTrace params)
+        r = wl["variables"]["response_tokens"]
+        steps = sorted(int(v) for v in s["step"].unique())
+        win = s.filter(pl.col("step").is_in(recent_window(steps))) if window == "recent" else s
+        x = win["response_tokens"].cast(pl.Float64).to_numpy()
+        r["scipy_fallback"] = fit_continuous(x, censor_at=r.get("censor_at"), seed=int(kw.get("seed", 0)), integer=True,
+                                             families=("lognorm", "gamma", "weibull_min")).to_dict()
+    wl["response_selection"] = {"selected": best, **cv}
+    return wl

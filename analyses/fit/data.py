@@ -70,8 +70,8 @@ def runs_with_samples(root: Path) -> list[str]:
 
 def fit_runs(root: Path, runs: list[str] | None = None, seed: int = 0) -> dict:
     """Fit every (selected) run of the warehouse into one spec document."""
-    from analyses.fit.spec import build_spec, workload_key
     from analyses.fit.select import fit_workload_selected
+    from analyses.fit.spec import build_spec, workload_key
 
     chosen = runs if runs else runs_with_samples(root)
     workloads: dict[str, dict] = {}

@@ -256,6 +256,12 @@ def _scipy_marginal(v: dict[str, Any]) -> dict[str, Any]:
         if "scipy_fallback" in v:  # PolyTrace samples scipy families: give it one, keep the atoms beside
             return {**_scipy_marginal(v["scipy_fallback"]), **atoms}
         return {"type": "empirical", **atoms}
+    if v.get("kind") == "empirical_tail":
+        # PolyTrace samples scipy families: the plain fallback, with the cap mass beside it
+        extra = {"censor_at": v.get("censor_at"), "cap_probability": v.get("p_cap")}
+        if "scipy_fallback" in v:
+            return {**_scipy_marginal(v["scipy_fallback"]), **extra}
+        return {"type": "empirical_quantiles", "quantiles": v["knots"], **extra}
     if v.get("kind") == "body_tail":
         return {"type": "body_genpareto", "body": _scipy_marginal(v["body"]), "threshold": v["threshold"],
                 "tail_probability": v["tail_prob"], "tail": {"type": "genpareto", "parameters": v["tail"]["params"]}}

@@ -28,7 +28,7 @@ from analyses.fit.workload import fit_workload, training_samples
 CANDIDATES: tuple[tuple[str, str], ...] = tuple(
     (m, w) for m in ("parametric", "empirical_tail1", "empirical_tail2") for w in ("all", "recent")
 )
-CV_SEEDS = tuple(range(10))  # the per-step maximum is heavy-tailed: few seeds make the choice a coin toss
+CV_SEEDS = tuple(range(30))  # the per-step maximum is heavy-tailed: few seeds make the choice a coin toss
 MIN_STEPS = 3
 
 

@@ -71,7 +71,12 @@ SOURCE_FILES = Table(
         "error": S,
     },
     key=("run_id", "path"),
-    docs={"lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error"},
+    docs={
+        "lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error",
+        "rows_rejected": "whole lines/records rejected; `rejects` may hold more rows than this, because a parsed "
+        "line can also lose a part (a non-numeric pair, the tail of a line cut at 4096 characters) "
+        "that is recorded there",
+    },
 )
 
 STEP_METRICS = Table(

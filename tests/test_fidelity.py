@@ -99,3 +99,17 @@ def test_a_run_too_small_to_split_is_an_error_not_a_crash():
     s = synth_samples(steps=1, prompts=2, n=2, seed=0)  # 2 prompts: 8 pseudo-steps cannot be filled
     with pytest.raises(ValueError):
         fidelity(RunFrames("tiny", s), seeds=(0,))
+
+
+def test_held_out_steps_cannot_influence_the_model_choice():
+    # the response model is chosen by rolling-origin validation on the fitted steps only: tripling
+    # every held-out response changes the score, not the model or its validation scores
+    s = synth_samples(steps=6, prompts=16, n=4, cap=4096, seed=7)
+    a = fidelity(RunFrames("r", s), seeds=(0,))
+    held = pl.col("step").is_in(a["heldout_steps"])
+    s3 = s.with_columns(response_tokens=pl.when(held).then(pl.col("response_tokens") * 3).otherwise(pl.col("response_tokens")))
+    b = fidelity(RunFrames("r", s3), seeds=(0,))
+    assert a["train_steps"] == [0, 1, 2, 3] and a["heldout_steps"] == [4, 5]  # round(6 * 2/3) = 4 fitted
+    assert a["model"]["selected"] in a["model"]["validation_accuracy_pct"]
+    assert a["model"] == b["model"]
+    assert a["accuracy_pct"] != b["accuracy_pct"]

@@ -10,7 +10,7 @@ from _fit_synth import synth_samples
 from analyses.fit.empirical import EmpiricalTailFit, fit_empirical_tail
 from analyses.fit.exporters import _scipy_marginal
 from analyses.fit.sampler import _scaled_ppf, generate
-from analyses.fit.select import CANDIDATES, fit_workload_selected, origins, recent_window
+from analyses.fit.select import CANDIDATES, fit_workload_selected, origins, recent_window, validated_steps
 from analyses.fit.spec import build_spec, validate_spec
 from analyses.fit.workload import marginal
 
@@ -63,6 +63,10 @@ def test_origins_and_recent_window_by_hand():
     assert origins(14) == [9, 13]  # round(28/3) = 9, and the last step
     assert recent_window(list(range(14))) == list(range(7, 14))
     assert recent_window([0, 1, 2]) == [1, 2]  # at least 2 steps, half rounded up
+    # a long run validates at most 6 evenly spaced steps after the origin, the last one included:
+    # 20 steps after origin 0 -> positions round(linspace(0, 19, 6)) = 0, 4, 8, 11, 15, 19
+    assert validated_steps(list(range(100, 120)), 0) == [100, 104, 108, 111, 115, 119]
+    assert validated_steps(list(range(10)), 6) == [6, 7, 8, 9]
 
 
 def test_selected_fit_is_validated_inside_the_fitted_steps_and_exportable():

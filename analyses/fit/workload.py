@@ -100,6 +100,40 @@ def _fit_latency(x: np.ndarray, seed: int) -> dict[str, Any]:
     return fit_continuous(x, seed=seed, integer=False, lower=0.0).to_dict()
 
 
+def fit_response(
+    steps: np.ndarray,
+    resp: np.ndarray,
+    cap: float | None,
+    *,
+    multi: bool = False,
+    seed: int = 0,
+    response_model: str = "parametric",
+    response_steps: list[int] | None = None,
+    response_tail_limit: float = 2.0,
+) -> tuple[dict[str, Any], DriftModel]:
+    """The response-length variable and its drift (see :func:`fit_workload` for the options)."""
+    win = np.isin(steps, response_steps) if response_steps else np.ones(steps.size, bool)
+    if not win.any():
+        raise ValueError(f"no samples in the response window {response_steps}")
+    steps_w, resp_w = steps[win], resp[win]
+    drift = fit_drift(steps_w, resp_w) if not multi else DriftModel("none", 0.0, 0.0, 0.0, int(steps.min()), int(steps.max()), 0.0)
+    if response_model == "empirical_tail":
+        # de-trended like the parametric fit; values at the cap are the cap mass whatever the step
+        f = np.exp(drift.log_factor(steps_w)) if drift.kind != "none" else np.ones(resp_w.size)
+        at_cap = resp_w >= cap if cap is not None else np.zeros(resp_w.size, bool)
+        rvar = fit_empirical_tail(np.where(at_cap, resp_w, resp_w / f), cap, tail_limit=response_tail_limit).to_dict()
+    elif drift.kind != "none":
+        # fit the shape on de-trended lengths; values at the cap become individual lower bounds
+        f = np.exp(drift.log_factor(steps_w))
+        cens = resp_w >= cap if cap is not None else np.zeros(resp_w.size, bool)
+        rvar = fit_continuous(np.minimum(resp_w, cap or np.inf) / f, censor_at=cap, censored=cens, seed=seed, integer=True,
+                              lower=1.0).to_dict()
+    else:
+        rvar = _fit_length(resp_w, cap, seed)
+    rvar["censor_at"] = cap
+    return rvar, drift
+
+
 def fit_workload(
     samples: pl.DataFrame,
     *,
@@ -114,6 +148,7 @@ def fit_workload(
     response_model: str = "parametric",
     response_steps: list[int] | None = None,
     response_tail_limit: float = 2.0,
+    raw_joint: bool = True,
 ) -> dict[str, Any]:
     """The spec entry for one run x task.
 
@@ -121,7 +156,8 @@ def fit_workload(
     (:mod:`analyses.fit.empirical`). ``response_steps``: fit the response marginal and its drift
     on these steps only (a recent window); everything else uses every step.
     ``response_tail_limit``: for ``empirical_tail`` with no cap known, the GPD tail is truncated
-    at this multiple of the largest value seen.
+    at this multiple of the largest value seen. ``raw_joint``: also fit PolyTrace's raw-token
+    mixture (only the params export reads it; validation fits skip it).
     """
     if response_model not in RESPONSE_MODELS:
         raise ValueError(f"response_model must be one of {RESPONSE_MODELS}, got {response_model!r}")
@@ -141,28 +177,9 @@ def fit_workload(
     variables: dict[str, Any] = {}
     variables["prompt_tokens"] = _fit_length(first["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy(), None, seed)
 
-    win = np.isin(steps, response_steps) if response_steps else np.ones(steps.size, bool)
-    if not win.any():
-        raise ValueError(f"{run_id}: no samples in the response window {response_steps}")
-    steps_w, resp_w = steps[win], resp[win]
-    drift = fit_drift(steps_w, resp_w) if not multi else DriftModel("none", 0.0, 0.0, 0.0, int(steps.min()), int(steps.max()), 0.0)
-    if response_model == "empirical_tail":
-        # de-trended like the parametric fit; values at the cap are the cap mass whatever the step
-        f = np.exp(drift.log_factor(steps_w)) if drift.kind != "none" else np.ones(resp_w.size)
-        at_cap = resp_w >= cap if cap is not None else np.zeros(resp_w.size, bool)
-        variables["response_tokens"] = fit_empirical_tail(np.where(at_cap, resp_w, resp_w / f), cap,
-                                                               tail_limit=response_tail_limit).to_dict()
-    elif drift.kind != "none":
-        steps, resp = steps_w, resp_w
-        # fit the shape on de-trended lengths; values at the cap become individual lower bounds
-        f = np.exp(drift.log_factor(steps))
-        cens = resp >= cap if cap is not None else np.zeros(resp.size, bool)
-        rfit = fit_continuous(np.minimum(resp, cap or np.inf) / f, censor_at=cap, censored=cens, seed=seed, integer=True, lower=1.0)
-        variables["response_tokens"] = rfit.to_dict()
-    else:
-        variables["response_tokens"] = _fit_length(resp_w, cap, seed)
-    variables["response_tokens"]["censor_at"] = cap
-    steps, resp = s["step"].to_numpy(), s["response_tokens"].cast(pl.Float64).to_numpy()
+    rvar, drift = fit_response(steps, resp, cap, multi=multi, seed=seed, response_model=response_model,
+                               response_steps=response_steps, response_tail_limit=response_tail_limit)
+    variables["response_tokens"] = rvar
 
     if multi:
         variables.update(_fit_multiturn(s, turns, tool_calls, cap, seed))
@@ -177,16 +194,8 @@ def fit_workload(
     joint: dict[str, Any] = {"selected": "gaussian_copula", "gaussian_copula": copula.to_dict()}
     if select_joint and not multi and response_model == "parametric" and response_steps is None:
         joint.update(_select_joint(s, variables, cap, seed))
-    # PolyTrace's own joint: a mixture in raw token space, for the params export
-    try:
-        raw = fit_gmm_bic(np.column_stack([prompt, resp]), seed=seed, space="raw")
-        raw_d = raw.to_dict()
-        raw_d["correlation"] = float(np.corrcoef(prompt, resp)[0, 1]) if np.std(prompt) > 0 and np.std(resp) > 0 else 0.0
-        raw_d["mean_vector"] = [float(prompt.mean()), float(resp.mean())]
-        raw_d["covariance_matrix"] = np.cov(np.column_stack([prompt, resp]).T).tolist()
-        joint["raw_gaussian_mixture"] = raw_d
-    except (ValueError, np.linalg.LinAlgError):
-        pass
+    if raw_joint:
+        joint.update(_raw_joint(prompt, resp, seed))
 
     return _clean(
         {
@@ -200,6 +209,19 @@ def fit_workload(
             "drift": drift.to_dict(),
         }
     )
+
+
+def _raw_joint(prompt: np.ndarray, resp: np.ndarray, seed: int) -> dict[str, Any]:
+    """PolyTrace's own joint: a mixture in raw token space, for the params export."""
+    try:
+        raw = fit_gmm_bic(np.column_stack([prompt, resp]), seed=seed, space="raw")
+    except (ValueError, np.linalg.LinAlgError):
+        return {}
+    raw_d = raw.to_dict()
+    raw_d["correlation"] = float(np.corrcoef(prompt, resp)[0, 1]) if np.std(prompt) > 0 and np.std(resp) > 0 else 0.0
+    raw_d["mean_vector"] = [float(prompt.mean()), float(resp.mean())]
+    raw_d["covariance_matrix"] = np.cov(np.column_stack([prompt, resp]).T).tolist()
+    return {"raw_gaussian_mixture": raw_d}
 
 
 def _fit_multiturn(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.DataFrame | None, cap: float | None, seed: int) -> dict[str, Any]:

@@ -150,22 +150,26 @@ def _csv_chunk(
         ok, bad = _csv_segment(rows, hdr, host, tz, clock, passes)
         samples.append(ok)
         rejects.append(bad)
+    skipped = int(b["_blank"].sum() + b["_hdr"].sum())
+    return _assemble(batch.height, samples, rejects, skipped), headers[-1]
+
+
+def _assemble(n_lines: int, samples: list[pl.DataFrame], rejects: list[pl.DataFrame], skipped: int) -> Chunk:
+    """One chunk from per-segment samples and rejects (frames of line_no, line, reason)."""
     rej = (
         pl.concat(rejects)
         if rejects
         else pl.DataFrame(schema={"line_no": pl.Int64, "line": pl.String, "reason": pl.String})
     )
-    skipped = int(b["_blank"].sum() + b["_hdr"].sum())
     out = pl.concat(samples, how="vertical_relaxed") if samples else None
-    chunk = Chunk(
+    return Chunk(
         tables={"gpu_samples": out} if out is not None and out.height else {},
         rejects=rejects_frame(rej["line_no"], rej["reason"], rej["line"]) if rej.height else None,
-        lines=batch.height,
+        lines=n_lines,
         rows_rejected=rej.height,
         rows_skipped=skipped,
-        rows_ok=batch.height - rej.height - skipped,
+        rows_ok=n_lines - rej.height - skipped,
     )
-    return chunk, headers[-1]
 
 
 def _csv_segment(
@@ -351,22 +355,8 @@ def _dmon_chunk(
         ok, bad = _dmon_segment(rows, names, units, host, tz, clock)
         samples.append(ok)
         rejects.append(bad)
-    rej = (
-        pl.concat(rejects)
-        if rejects
-        else pl.DataFrame(schema={"line_no": pl.Int64, "line": pl.String, "reason": pl.String})
-    )
     skipped = int((b["_blank"] | b["_comment"]).sum())
-    out = pl.concat(samples, how="vertical_relaxed") if samples else None
-    chunk = Chunk(
-        tables={"gpu_samples": out} if out is not None and out.height else {},
-        rejects=rejects_frame(rej["line_no"], rej["reason"], rej["line"]) if rej.height else None,
-        lines=batch.height,
-        rows_rejected=rej.height,
-        rows_skipped=skipped,
-        rows_ok=batch.height - rej.height - skipped,
-    )
-    return chunk, heads[-1]
+    return _assemble(batch.height, samples, rejects, skipped), heads[-1]
 
 
 def _dmon_segment(

@@ -9,13 +9,14 @@ from typing import Any
 class IngestProgress:
     """Consumes :func:`analyses.ingest.ingest_run` progress events; silent when disabled."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, console: Any = None) -> None:
         self.enabled = enabled
+        self._console = console  # a rich Console; default: stderr
         self._progress: Any = None
         self._task: Any = None
         self._rows = 0
         self._t0 = time.perf_counter()
-        self._file_bytes = 0
+        self._files = 0
 
     def __enter__(self) -> IngestProgress:
         if self.enabled:
@@ -36,6 +37,7 @@ class IngestProgress:
                 TextColumn("{task.fields[files]} files, {task.fields[rows]:,} rows ({task.fields[rps]:,.0f}/s)"),
                 TimeElapsedColumn(),
                 transient=True,
+                **({"console": self._console} if self._console is not None else {}),
             )
             self._progress.__enter__()
         return self
@@ -48,15 +50,16 @@ class IngestProgress:
         if self._progress is None:
             return
         if kind == "run_start":
+            self._files = 0
             self._task = self._progress.add_task(data["run_id"], total=data["bytes"] or 1, files=0, rows=0, rps=0.0)
         elif kind == "file_progress" and self._task is not None:
             self._progress.update(self._task, rows=self._rows + data["rows"], rps=self._rate(self._rows + data["rows"]))
         elif kind == "file_done" and self._task is not None:
             rep = data["report"]
             self._rows += rep.rows_out
-            task = self._progress.tasks[self._task]
+            self._files += 1
             self._progress.update(
-                self._task, advance=rep.bytes, files=task.fields["files"] + 1, rows=self._rows, rps=self._rate(self._rows)
+                self._task, advance=rep.bytes, files=self._files, rows=self._rows, rps=self._rate(self._rows)
             )
         elif kind == "run_done" and self._task is not None:
             self._progress.remove_task(self._task)

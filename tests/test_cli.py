@@ -79,3 +79,26 @@ def test_every_command_has_help_with_an_example() -> None:
         out = subprocess.run([sys.executable, "-m", "analyses.cli", cmd, "--help"], capture_output=True, text=True)
         assert out.returncode == 0
         assert "example" in out.stdout, cmd
+
+
+def test_progress_on_a_terminal_counts_files_bytes_and_rows(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from analyses.ingest import ingest_run
+    from analyses.progress import IngestProgress
+
+    root = _log(tmp_path).parent
+    (root / "second").mkdir()
+    (root / "second" / "a.log").write_text("step:1 - timing_s/step:1.0\n")
+    (root / "second" / "b.log").write_text("step:2 - timing_s/step:1.0\n")
+    buf = io.StringIO()
+    progress = IngestProgress(enabled=True, console=Console(file=buf, force_terminal=True, width=160))
+    with progress:  # two runs in a row: task ids outlive removed tasks
+        for run in (root / "demo", root / "second"):
+            ingest_run(run, tmp_path / "wh", progress=progress.event, refresh=False)
+    # files restart per run (the second has 2); rows add up over the session:
+    # 3 step lines x 2 metrics in the first run + 2 lines x 1 metric in the second
+    assert progress._files == 2 and progress._rows == 8
+    assert "files" in buf.getvalue()

@@ -135,6 +135,7 @@ def _scores(real: pl.DataFrame, per_seed: list[pl.DataFrame], names: list[str]) 
         "accuracy_pct": acc(ape),
         "errors_pct": {c: 100.0 * v for c, v in ape.items()},
         "single_replay_accuracy_pct": float(np.mean([acc(e) for e in single])),
+        "single_replay_by_seed_pct": [acc(e) for e in single],
         "level_accuracy_pct": acc(level),
         "level_errors_pct": {c: 100.0 * v for c, v in level.items()},
         "generated_mean": {c: float(allg[c].mean()) for c in names},
@@ -191,6 +192,9 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
         "baseline_errors_pct": bl["errors_pct"],
         "single_replay_accuracy_pct": ours["single_replay_accuracy_pct"],
         "baseline_single_replay_accuracy_pct": bl["single_replay_accuracy_pct"],
+        # the spread over seeds: how much one replay's score is luck of the draw
+        "single_replay_by_seed_pct": ours["single_replay_by_seed_pct"],
+        "baseline_single_replay_by_seed_pct": bl["single_replay_by_seed_pct"],
         "level_accuracy_pct": ours["level_accuracy_pct"],
         "baseline_level_accuracy_pct": bl["level_accuracy_pct"],
         "level_errors_pct": ours["level_errors_pct"],
@@ -202,7 +206,12 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
         "model": {"response_family": wl["variables"]["response_tokens"].get("family") or wl["variables"]["response_tokens"]["kind"],
                   "joint": wl["joint"].get("selected"), "drift": wl["drift"]["kind"],
                   "selected": (wl.get("response_selection") or {}).get("selected"),
-                  "validation_accuracy_pct": (wl.get("response_selection") or {}).get("mean_accuracy_pct")},
+                  "validation_accuracy_pct": (wl.get("response_selection") or {}).get("mean_accuracy_pct"),
+                  "multiturn_selected": (wl.get("multiturn_selection") or {}).get("selected"),
+                  "multiturn_validation_accuracy_pct": (wl.get("multiturn_selection") or {}).get("mean_accuracy_pct"),
+                  # the baseline at the same training-internal origins: a reference, not used to choose
+                  "validation_baseline_accuracy_pct": (wl.get("multiturn_selection") or wl.get("response_selection") or {}).get(
+                      "baseline_mean_accuracy_pct")},
     }
 
 

@@ -141,11 +141,20 @@ def _gen_multiturn(v: dict[str, Any], rng: np.random.Generator, prompt: np.ndarr
     per_turn = marginal(v["tool_calls_per_turn"]).ppf(rng.random(T)).astype(np.int64) if "tool_calls_per_turn" in v else np.ones(T, np.int64)
     per_turn = np.where(final, 0, np.maximum(per_turn, 1))
     comp_m = marginal(v["turn_completion_tokens"]) if "turn_completion_tokens" in v else None
-    comp = comp_m.ppf(rng.random(T)) if comp_m is not None else np.full(T, 50.0)
+    u_comp = rng.random(T)
+    comp = comp_m.ppf(u_comp) if comp_m is not None else np.full(T, 50.0)
+    turn_nt = np.repeat(n_turns, n_turns)
+    # conditional on the trajectory's turn count where fitted (one pass per (count, turn kind))
+    for k_turns, kinds in (v.get("completion_by_turns") or {}).items():
+        for kind, d in kinds.items():
+            m = (turn_nt == int(k_turns)) & (final if kind == "final" else ~final)
+            if m.any():
+                comp[m] = marginal(d).ppf(u_comp[m])
     lat_m = marginal(v["engine_latency_s"]) if "engine_latency_s" in v else None
     eng = lat_m.ppf(rng.random(T)) if lat_m is not None else np.zeros(T)
     C = int(per_turn.sum())
     call_turn = np.repeat(np.arange(T), per_turn)
+    call_nt = turn_nt[call_turn]
     tools = v.get("tools") or {}
     names = list(tools) or ["tool"]
     shares = np.array([float(tools[t].get("share", 1.0)) for t in names]) if tools else np.array([1.0])
@@ -160,6 +169,10 @@ def _gen_multiturn(v: dict[str, Any], rng: np.random.Generator, prompt: np.ndarr
             lat[m] = marginal(e["latency_s"]).ppf(u_lat[m])
         if m.any() and "response_tokens" in e:
             rtok[m] = marginal(e["response_tokens"]).ppf(u_tok[m])
+        for k_turns, d in ((v.get("tool_response_by_turns") or {}).get(t) or {}).items():
+            mn = m & (call_nt == int(k_turns))
+            if mn.any():
+                rtok[mn] = marginal(d).ppf(u_tok[mn])
     overhead = float((v.get("tool_overhead_tokens") or {}).get("value", 0.0))
     tool_add = np.bincount(call_turn, weights=rtok + overhead, minlength=T)
     inc = comp + tool_add

@@ -149,6 +149,7 @@ def fit_workload(
     response_steps: list[int] | None = None,
     response_tail_limit: float = 2.0,
     raw_joint: bool = True,
+    by_turns: bool = False,
 ) -> dict[str, Any]:
     """The spec entry for one run x task.
 
@@ -157,7 +158,8 @@ def fit_workload(
     on these steps only (a recent window); everything else uses every step.
     ``response_tail_limit``: for ``empirical_tail`` with no cap known, the GPD tail is truncated
     at this multiple of the largest value seen. ``raw_joint``: also fit PolyTrace's raw-token
-    mixture (only the params export reads it; validation fits skip it).
+    mixture (only the params export reads it; validation fits skip it). ``by_turns`` (multi-turn):
+    also fit turn completions and tool results per trajectory turn count (:func:`fit_by_turns`).
     """
     if response_model not in RESPONSE_MODELS:
         raise ValueError(f"response_model must be one of {RESPONSE_MODELS}, got {response_model!r}")
@@ -183,6 +185,8 @@ def fit_workload(
 
     if multi:
         variables.update(_fit_multiturn(s, turns, tool_calls, cap, seed))
+        if by_turns:
+            variables.update(fit_by_turns(s, turns, tool_calls))
 
     if rank_times is not None and rank_times.height:
         rw = rank_times.filter((pl.col("phase") == "reward") & (pl.col("seconds") > 0) & (pl.col("n_samples") > 0))
@@ -270,6 +274,53 @@ def _fit_multiturn(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.D
             if j.height:
                 extra = (j["response_tokens"] - j["c"] - j["t"].fill_null(0)).sum() / j["k"].sum()
                 out["tool_overhead_tokens"] = {"kind": "constant", "value": float(max(extra, 0.0))}
+    return out
+
+
+MIN_BY_TURNS = 30  # observations below which a turn count uses the pooled fit
+
+
+def fit_by_turns(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.DataFrame | None) -> dict[str, Any]:
+    """Turn completions and tool results conditional on the trajectory's turn count.
+
+    Why: pooled over trajectories, a turn's completion and a tool's result do not depend on how
+    many turns the trajectory has, but in real agent runs they do (Search-R1: the answer turn
+    completes ~110 tokens, a tool-calling turn ~50-100; a 2-turn trajectory's search results are
+    longer than a 4-turn one's), so the pooled composition gets the response per turn count wrong.
+    Each piece is an :class:`~analyses.fit.empirical.EmpiricalTailFit` with no extrapolation
+    beyond the largest value seen (tail_limit 1): ``completion_by_turns[<n>]`` has ``tool_turn``
+    (turns that call a tool) and ``final`` (the last turn); ``tool_response_by_turns[<tool>][<n>]``
+    the tool's result tokens. A turn count with fewer than ``MIN_BY_TURNS`` observations is left
+    out (the sampler uses the pooled fit for it).
+    """
+    out: dict[str, Any] = {}
+    nt = s.select("step", "sample_id", "n_turns")
+
+    def emp(x: np.ndarray) -> dict[str, Any] | None:
+        x = x[np.isfinite(x)]
+        if x.size < MIN_BY_TURNS or np.unique(x).size < 2:
+            return None
+        return fit_empirical_tail(x, None, lower=0.0, tail_limit=1.0).to_dict()
+
+    if turns is not None and turns.height:
+        t = turns.join(nt, on=["step", "sample_id"]).filter(pl.col("completion_tokens").is_not_null())
+        t = t.with_columns(final=pl.col("turn") == pl.col("n_turns") - 1)
+        comp: dict[str, Any] = {}
+        for (n, final), g in t.group_by("n_turns", "final"):
+            f = emp(g["completion_tokens"].cast(pl.Float64).to_numpy())
+            if f is not None:
+                comp.setdefault(str(int(n)), {})["final" if final else "tool_turn"] = f
+        if comp:
+            out["completion_by_turns"] = dict(sorted(comp.items(), key=lambda kv: int(kv[0])))
+    if tool_calls is not None and tool_calls.height:
+        c = tool_calls.join(nt, on=["step", "sample_id"]).filter(pl.col("response_tokens").is_not_null())
+        res: dict[str, Any] = {}
+        for (name, n), g in c.group_by("tool_name", "n_turns"):
+            f = emp(g["response_tokens"].cast(pl.Float64).to_numpy())
+            if f is not None:
+                res.setdefault(str(name) if name is not None else "tool", {})[str(int(n))] = f
+        if res:
+            out["tool_response_by_turns"] = {k: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for k, v in sorted(res.items())}
     return out
 
 

@@ -13,7 +13,7 @@ from analyses.manifest import RunManifest
 from analyses.readers import detect
 from analyses.readers.base import Chunk, FileContext, UnreadableFile, read_head
 from analyses.readers.lines import count_lines, iter_line_batches
-from analyses.readers.verl_console import VerlConsoleReader
+from analyses.readers.verl_console import VerlConsoleReader, parse_batch
 from analyses.warehouse import scan_table
 
 FIX = Path(__file__).parent / "fixtures" / "verl_console"
@@ -415,3 +415,44 @@ def test_python_logging_prefixes() -> None:
     assert r.value(5, "timing_s/step") == 2.0 and r.value(6, "timing_s/gen") == 1.5
     ts = r.attrs.select("step", pl.col("ts").dt.strftime("%H:%M:%S%.3f")).rows()
     assert ts == [(5, "10:00:00.001"), (6, "10:00:04.000"), (7, "10:00:06.000")]
+
+
+# ---------------------------------------------------------------------------- template fast path
+
+
+def test_lines_with_the_same_pair_count_but_other_keys() -> None:
+    # every line has 2 pairs, so all share the first line's key template (a/x, b/y); lines 2-5
+    # do not follow it (keys swapped, another key, a repeated key, renamed/validation keys) and
+    # must read exactly as the general key:value rule says (values by hand from the fixture)
+    path = FIX / "same_pair_count_other_keys.log"
+    for args in ({}, {"batch_lines": 2}, {"batch_lines": 1}):
+        r = Read(path, **args)
+        assert r.acc == {"lines": 6, "rows_ok": 6, "rows_rejected": 0, "rows_skipped": 0}
+        assert r.sm.height == 12 and r.rej.height == 0
+        got = {(s, raw): v for s, raw, v in r.sm.select("step", "raw_metric", "value").rows() if s != 4}
+        assert got == {
+            (1, "a/x"): 1.0, (1, "b/y"): 2.0, (2, "b/y"): 3.0, (2, "a/x"): 4.0,
+            (3, "a/x"): 5.0, (3, "c/z"): 6.5, (5, "timing/gen"): 9.0, (5, "val/acc"): 1.0,
+            (6, "a/x"): 10.0, (6, "b/y"): 11.0,
+        }  # fmt: skip
+        assert sorted(r.sm.filter(pl.col("step") == 4)["value"].to_list()) == [7.0, 8.0]
+        line5 = r.sm.filter(pl.col("step") == 5).sort("raw_metric")
+        assert line5.select("metric", "is_validation").rows() == [("timing_s/gen", False), ("val/acc", True)]
+        assert not r.sm.filter(pl.col("step") != 5)["is_validation"].any()
+
+
+def test_batch_of_only_cut_lines_with_bad_pairs() -> None:
+    # a batch without any whole line has no key template: everything takes the general path
+    # (a bad key, an empty value and a good pair; the cut-off last pair "k" is dropped)
+    line = "step:38 - x y:0.196 - t/y: - z:-0.184 - k"
+    batch = pl.DataFrame({"line_no": [1], "line": [line]}, schema={"line_no": pl.Int64, "line": pl.String})
+    chunk = parse_batch(batch, cut_chars=len(line))
+    assert (chunk.lines, chunk.rows_ok, chunk.rows_rejected, chunk.rows_skipped) == (1, 1, 0, 0)
+    assert chunk.tables["step_metrics"].select("step", "metric", "value").rows() == [(38, "z", -0.184)]
+    assert chunk.rejects is not None
+    assert sorted(chunk.rejects.select("reason", "raw").rows()) == [
+        (f"line truncated at {len(line)} chars: partial pair dropped", "k"),
+        ("non-numeric pair dropped, rest of line kept: key 't/y'", "t/y:"),
+        ("non-numeric pair dropped, rest of line kept: key 'x y'", "x y:0.196"),
+    ]
+    assert chunk.tables["steps"].rows() == [(38, None, True)]

@@ -40,9 +40,15 @@ also yields a ``steps`` attribute row ``(step, ts, truncated_line)``.
 
 How: :func:`analyses.readers.lines.iter_line_batches` streams the file and lets only lines holding
 the literal ``step:`` out of Polars' scanner (the others are counted, never materialized); each
-batch of those is parsed with Polars expressions only — split on `` - ``, explode, ``splitn`` on
-the first ``:``, a float cast with a regex fallback for reprs; names are canonicalized and
-validation-flagged once per distinct key. Memory is bounded by one batch of step lines.
+batch of those is parsed with Polars expressions only, no per-line Python. The line head
+(prefix, step) is checked per line; the tail after ``step:N - `` is split on `` - `` and the lists
+flattened without a copy. Since a run's step lines repeat the same key sequence, each pair is
+read against a per-batch *template* (the key sequence of one line per pair count): a pair that
+starts with its template key's ``key:`` needs only a prefix strip and a float cast, and its
+names and flags are gathered from the template (exact: such a pair splits on its first ``:``
+into exactly that key). Pairs that do not match go through the general ``splitn`` on the first
+``:``; values the cast cannot read go through the numpy-repr/boolean rules. Memory is bounded by
+one batch of step lines.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from analyses.readers.base import Chunk, FileContext, rejects_frame
@@ -83,6 +90,8 @@ _SNIFF_STEP = re.compile(rf"^{_PREFIX_BODY}step:\d+ - [^\s:]+:\S", re.M)
 _SNIFF_CONFIG = re.compile(r"\{'actor_rollout_ref': \{")
 
 _TRUNC_REASON = "line truncated at {} chars: partial pair dropped"
+_EMPTY_REJECTS = pl.DataFrame(schema={"line_no": pl.Int64, "reason": pl.String, "raw": pl.String})
+_TS_DTYPE = pl.Datetime("us", "UTC")
 
 
 class VerlConsoleReader:
@@ -133,84 +142,97 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
     if lines.height == 0:
         return Chunk(lines=n_lines, rows_skipped=n_skipped)
 
-    has_pairs = pl.col("n_parts") >= pl.col("k") + 2
-    bad_head = lines.filter(~pl.col("step_ok") | ~has_pairs)
-    line_rejects = bad_head.select(
-        "line_no",
-        reason=pl.when(~pl.col("step_ok"))
-        .then(pl.format("malformed step line: step '{}' is not an integer", pl.col("token").str.slice(0, 40)))
-        .otherwise(pl.lit("malformed step line: no ' - key:value' pairs after step:N")),
-        raw=pl.col("line"),
-    )
-    lines = lines.filter(pl.col("step_ok") & has_pairs)
-    # a cut line: its last pair may be partial, so it is dropped (and said so in rejects)
-    trunc_tail = lines.filter(pl.col("truncated")).select(
-        "line_no", reason=pl.lit(_TRUNC_REASON.format(cut_chars)), raw=pl.col("parts").list.last()
-    )
-    n_pairs = pl.col("n_parts") - 1 - pl.col("k") - pl.col("truncated").cast(pl.Int64)
+    # the rejects are built only when there is something to reject: a batch of clean step lines
+    # (the common case) pays nothing for them
+    good_head = pl.col("step_ok") & pl.col("tail").is_not_null()
+    line_rejects = _EMPTY_REJECTS
+    if not lines.select(good_head.all()).item():
+        line_rejects = lines.filter(~good_head).select(
+            "line_no",
+            reason=pl.when(~pl.col("step_ok"))
+            .then(
+                pl.format(
+                    "malformed step line: step '{}' is not an integer", pl.col("token").str.slice(0, 40)
+                )
+            )
+            .otherwise(pl.lit("malformed step line: no ' - key:value' pairs after step:N")),
+            raw=pl.col("line"),
+        )
+        lines = lines.filter(good_head)
     lines = lines.select(
         "line_no",
         "line",
         "ts",
         "truncated",
         pl.col("token").str.strip_chars_end().cast(pl.Int64).alias("step"),
-        "parts",
-        "k",
-        n_pairs.alias("n_pairs"),
-        # where each line's parts start once exploded
-        (pl.col("n_parts").cum_sum() - pl.col("n_parts")).alias("start"),
+        # the pairs: everything after the first " - " that follows "step:N"
+        pl.col("tail").str.split(_PAIR_SEP).alias("parts"),
     )
-    # explode whole lines, then drop each line's head parts (and a cut line's partial last pair)
-    # by position: cheaper than slicing every list
-    pos = pl.int_range(pl.len(), dtype=pl.Int64) - pl.col("start")
-    last = pl.col("line_no") != pl.col("line_no").shift(-1, fill_value=-1)
-    pairs = _parse_pairs(
-        lines.lazy()
-        .select("line_no", "step", "truncated", "k", "start", pl.col("parts").alias("pair"))
-        .explode("pair")
-        .filter((pos > pl.col("k")) & ~(last & pl.col("truncated")))
-        .drop("truncated", "k", "start")
-    )
+    parts = lines.get_column("parts")
+    n_parts = parts.list.len().to_numpy().astype(np.int64)
+    truncated = lines.get_column("truncated").to_numpy()
+    # a cut line: its last pair may be partial, so it is dropped (and said so in rejects)
+    trunc_tail = _EMPTY_REJECTS
+    if truncated.any():
+        trunc_tail = lines.filter(pl.col("truncated")).select(
+            "line_no", reason=pl.lit(_TRUNC_REASON.format(cut_chars)), raw=pl.col("parts").list.last()
+        )
     lines = lines.drop("parts")
+    tmpl, has_bad, line_base = _templates(parts, n_parts, truncated)
+    rows = _pair_rows(lines, parts, n_parts, truncated, line_base, tmpl.height - 1)
+    pairs = _parse_rows(rows, tmpl, has_bad)
 
-    bad_pairs = pairs.filter(pl.col("value").is_null())
-    # a line with no usable pair at all is rejected whole
-    n_bad = bad_pairs.group_by("line_no").agg(pl.len().alias("n_bad"))
-    lines = lines.join(n_bad, on="line_no", how="left").with_columns(pl.col("n_bad").fill_null(0))
-    dead = lines.filter(pl.col("n_bad") >= pl.col("n_pairs"))
-    dead_rejects = dead.select(
-        "line_no",
-        reason=pl.when(pl.col("truncated"))
-        .then(pl.lit(f"malformed step line: no numeric key:value pair (line cut at {cut_chars} chars)"))
-        .otherwise(pl.lit("malformed step line: no numeric key:value pair")),
-        raw=pl.col("line"),
-    )
-    alive = ~pl.col("line_no").is_in(dead.get_column("line_no").implode())
-    good_lines = lines.filter(alive) if dead.height else lines
-    pair_rejects = bad_pairs.filter(alive).select(
-        "line_no",
-        reason=pl.format(
-            "non-numeric pair dropped, rest of line kept: key '{}'", pl.col("key").str.slice(0, 80)
-        ),
-        raw=pl.col("pair"),
-    )
-    trunc_tail = trunc_tail.filter(alive)
+    good_lines, dead_rejects, pair_rejects = lines, _EMPTY_REJECTS, _EMPTY_REJECTS
+    bad_mask = pairs.get_column("value").is_null()
+    n_pairs = n_parts - truncated
+    # (a cut line of one partial pair has no pair left at all)
+    if bad_mask.any() or not n_pairs.all():
+        bad_pairs = pairs.filter(bad_mask)
+        pairs = pairs.filter(~bad_mask)
+        # a line with no usable pair at all is rejected whole
+        n_bad = bad_pairs.group_by("line_no").agg(pl.len().alias("n_bad"))
+        lines = (
+            lines.with_columns(n_pairs=pl.Series(n_pairs, dtype=pl.Int64))
+            .join(n_bad, on="line_no", how="left")
+            .with_columns(pl.col("n_bad").fill_null(0))
+        )
+        dead = lines.filter(pl.col("n_bad") >= pl.col("n_pairs"))
+        dead_rejects = dead.select(
+            "line_no",
+            reason=pl.when(pl.col("truncated"))
+            .then(pl.lit(f"malformed step line: no numeric key:value pair (line cut at {cut_chars} chars)"))
+            .otherwise(pl.lit("malformed step line: no numeric key:value pair")),
+            raw=pl.col("line"),
+        )
+        alive = ~pl.col("line_no").is_in(dead.get_column("line_no").implode())
+        good_lines = lines.filter(alive) if dead.height else lines
+        pair_rejects = bad_pairs.filter(alive).select(
+            "line_no",
+            reason=pl.format(
+                "non-numeric pair dropped, rest of line kept: key '{}'", pl.col("key").str.slice(0, 80)
+            ),
+            raw=pl.col("pair"),
+        )
+        trunc_tail = trunc_tail.filter(alive)
 
-    tables: dict[str, pl.DataFrame] = {
-        "step_metrics": _metric_rows(pairs.filter(pl.col("value").is_not_null()))
-    }
+    tables: dict[str, pl.DataFrame] = {"step_metrics": _metric_rows(pairs)}
     # one attribute row per parsed line, so that steps.truncated_line is a definite False (not
     # unknown) for every step whose line was read whole
     if good_lines.height:
+        ts = pl.col("ts")
+        no_ts = good_lines.get_column("ts").null_count() == good_lines.height
         tables["steps"] = good_lines.select(
-            "step", ts=_ts_expr(pl.col("ts")), truncated_line=pl.col("truncated")
+            "step",
+            ts=pl.lit(None, dtype=_TS_DTYPE) if no_ts else _ts_expr(ts),
+            truncated_line=pl.col("truncated"),
         )
 
-    rej = pl.concat([line_rejects, dead_rejects, pair_rejects, trunc_tail], how="vertical_relaxed")
+    parts_rej = [r for r in (line_rejects, dead_rejects, pair_rejects, trunc_tail) if r.height]
+    rej = pl.concat(parts_rej, how="vertical_relaxed") if parts_rej else None
     return Chunk(
         tables=tables,
         rejects=rejects_frame(rej["line_no"], rej["reason"], rej["raw"]).sort("line_no")
-        if rej.height
+        if rej is not None
         else None,
         lines=n_lines,
         rows_ok=good_lines.height,
@@ -219,42 +241,95 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
     )
 
 
-def _step_lines(batch: pl.DataFrame, cut_chars: int) -> pl.DataFrame:
-    """The batch's step lines: ``line_no, line, ts, truncated, token, step_ok, parts, n_parts, k``.
+def _pair_rows(
+    lines: pl.DataFrame,
+    parts: pl.Series,
+    n_parts: np.ndarray,
+    truncated: np.ndarray,
+    line_base: np.ndarray,
+    no_key: int,
+) -> pl.DataFrame:
+    """One row per pair: ``line_no, step, pair, t`` (``t``: the template row for the pair's
+    position in its line, ``no_key`` when its line has no template).
 
-    ``parts`` is the line split on `` - ``; parts ``0..k`` are the head (``<prefix>step:<token>``;
-    ``k > 0`` only when the prefix itself holds `` - ``, as in ``%(asctime)s - %(levelname)s - ``),
-    the rest are the pairs. Only the short prefix is cleaned of ANSI and checked, never the long
-    tail of pairs.
+    The split lists are flattened as they are (no copy) and the per-line columns repeated by
+    index, instead of exploding a frame; a cut line's partial last pair is dropped by position.
     """
-    at = pl.col("line").str.find(_STEP_KW, literal=True)
+    line_idx = pl.Series(np.repeat(np.arange(len(n_parts), dtype=np.uint32), n_parts))
+    pos = pl.int_ranges(0, pl.Series(n_parts), dtype=pl.Int64, eager=True).explode()
+    # a line without template starts at no_key: every position past it clips to "no key"
+    base = pl.Series(np.where(line_base >= 0, line_base, no_key))
+    rows = pl.DataFrame(
+        {
+            "line_no": lines.get_column("line_no").gather(line_idx),
+            "step": lines.get_column("step").gather(line_idx),
+            "pair": parts.explode(),
+            "t": (base.gather(line_idx) + pos).clip(upper_bound=no_key).cast(pl.UInt32),
+        }
+    )
+    if truncated.any():
+        keep = np.ones(len(line_idx), dtype=bool)
+        starts = np.cumsum(n_parts) - n_parts
+        keep[(starts + n_parts - 1)[truncated]] = False
+        rows = rows.filter(pl.Series(keep))
+    return rows
+
+
+def _step_lines(batch: pl.DataFrame, cut_chars: int) -> pl.DataFrame:
+    """The batch's step lines: ``line_no, line, ts, truncated, token, step_ok, tail``.
+
+    ``tail`` is the line after the first `` - `` that follows ``step:`` (null when there is none):
+    exactly the part of the line split into pairs. Only the short prefix is cleaned of ANSI and
+    checked, once per distinct prefix, never the long tail of pairs.
+    """
+    line = pl.col("line")
     # `at` is a byte offset and str.slice counts characters; they agree on every valid prefix
     # (ASCII), and a non-ASCII prefix over-extends the slice so that the prefix test fails: skipped
-    raw_prefix = pl.col("line").str.slice(0, pl.col("at"))
+    at = line.str.find(_STEP_KW, literal=True)
+    after = pl.col("at") + len(_STEP_KW)
     # the step token: up to the next " - " (40 chars are plenty for an integer step)
-    token = pl.col("line").str.slice(pl.col("at") + len(_STEP_KW), 40).str.split(_PAIR_SEP).list.first()
+    window = line.str.slice(after, 40)
+    token = pl.col("window").str.split(_PAIR_SEP).list.first()
     lines = (
         batch.lazy()
-        .filter(pl.col("line").str.contains(_STEP_KW, literal=True))  # no-op when prefiltered
         .with_columns(at.alias("at"))
-        .with_columns(raw_prefix.str.replace_all(_ANSI, "").alias("prefix"), token.alias("token"))
-        .filter(pl.col("prefix").str.contains(_PREFIX))
+        .filter(pl.col("at").is_not_null())  # all of them when the batch was prefiltered
+        .with_columns(line.str.slice(0, pl.col("at")).alias("raw_prefix"), window.alias("window"))
+        .with_columns(token.alias("token"))
         # "step:" then blank ("Next step: ..." after a Ray prefix) is prose, not a step line
         .filter((pl.col("token").str.len_bytes() > 0) & ~pl.col("token").str.contains(r"^\s"))
-        .with_columns(pl.col("line").str.split(_PAIR_SEP).alias("parts"))
+        .with_columns(pl.col("window").str.find(_PAIR_SEP, literal=True).alias("sep"))
         .select(
             "line_no",
             "line",
-            pl.col("prefix").str.extract(rf"({_TS})", 1).alias("ts"),
-            (pl.col("line").str.len_chars() == cut_chars).alias("truncated"),
+            "raw_prefix",
+            "at",
+            (line.str.len_bytes() >= cut_chars).alias("truncated"),  # exact test below, if any
             "token",
-            pl.col("token").str.contains(r"^\d{1,18}\s*$").alias("step_ok"),
-            "parts",
-            pl.col("parts").list.len().alias("n_parts"),
-            raw_prefix.str.count_matches(_PAIR_SEP, literal=True).alias("k"),
+            step_ok=pl.col("token").str.contains(r"^\d{1,18}\s*$"),
+            # the tail starts after the token and its " - " (token length in characters, as
+            # str.slice counts them); a token filling the whole window is settled below
+            tail=pl.when(pl.col("sep").is_not_null()).then(
+                line.str.slice(after + pl.col("token").str.len_chars() + len(_PAIR_SEP))
+            ),
+            odd=pl.col("sep").is_null() & (pl.col("window").str.len_chars() == 40),
         )
+        .collect()
     )
-    return lines.collect(engine="streaming")
+    # the prefix rules, once per distinct prefix (a run prints the same few over and over)
+    prefixes = (
+        lines.select(pl.col("raw_prefix").unique())
+        .with_columns(prefix=pl.col("raw_prefix").str.replace_all(_ANSI, ""))
+        .filter(pl.col("prefix").str.contains(_PREFIX))
+        .select("raw_prefix", ts=pl.col("prefix").str.extract(rf"({_TS})", 1))
+    )
+    lines = lines.join(prefixes, on="raw_prefix", how="inner", maintain_order="left")
+    if lines.get_column("truncated").any():
+        lines = lines.with_columns(truncated=line.str.len_chars() == cut_chars)
+    if lines.get_column("odd").any():  # no " - " within 40 chars of "step:": find it the long way
+        far = line.str.slice(after).str.splitn(_PAIR_SEP, 2).struct.field("field_1")
+        lines = lines.with_columns(tail=pl.when(pl.col("odd")).then(far).otherwise(pl.col("tail")))
+    return lines.select("line_no", "line", "ts", "truncated", "token", "step_ok", "tail")
 
 
 def _parse_pairs(pairs: pl.LazyFrame) -> pl.DataFrame:
@@ -270,14 +345,7 @@ def _parse_pairs(pairs: pl.LazyFrame) -> pl.DataFrame:
         .with_columns(pl.col("v").cast(pl.Float64, strict=False).alias("value"))
         .collect(engine="streaming")
     )
-    keys = (
-        kv.select(pl.col("key").unique().drop_nulls())
-        .with_columns(metric=canonical_metric(pl.col("key")))
-        .with_columns(
-            is_validation=is_validation_metric(pl.col("metric")),
-            bad=(pl.col("key").str.len_bytes() == 0) | pl.col("key").str.contains(r"\s"),
-        )
-    )
+    keys = _key_table(kv.get_column("key").unique().drop_nulls())
     renamed = keys.filter(pl.col("metric") != pl.col("key")).get_column("key")
     val_keys = keys.filter("is_validation").get_column("key")
     bad_keys = keys.filter("bad").get_column("key")
@@ -294,6 +362,122 @@ def _parse_pairs(pairs: pl.LazyFrame) -> pl.DataFrame:
         return kv.drop("v")
     slow = kv.filter(slow_rows).with_columns(_value_expr(pl.col("v")).alias("value"))
     return pl.concat([kv.filter(~slow_rows), slow]).drop("v")
+
+
+_PAIR_COLS = ("line_no", "step", "pair", "key", "value", "metric", "is_validation")
+# key sequences per batch (see _templates); the pairs of lines without one take the general path
+MAX_TEMPLATES = 4
+# a prefix that no pair can start with (lines never hold a newline): "no template key here"
+_NO_KEY = "\n"
+
+
+# built templates by key sequences: a run repeats the same few, batch after batch (bounded)
+_TEMPLATE_CACHE: dict[tuple[tuple[str, ...], ...], tuple[pl.DataFrame, bool]] = {}
+_TEMPLATE_CACHE_MAX = 64
+
+
+def _templates(
+    parts: pl.Series, n_parts: np.ndarray, truncated: np.ndarray
+) -> tuple[pl.DataFrame, bool, np.ndarray]:
+    """The batch's key templates, whether any template key is bad, and, per line, where its
+    template starts (-1: none).
+
+    A template is the key sequence of one whole line, chosen per number of pairs (a run's step
+    lines nearly all share one sequence; every N steps validation adds keys, giving a second
+    length): the first line of each of the :data:`MAX_TEMPLATES` most common lengths. Template
+    rows: ``prefix`` (``key:``), ``key``, ``metric``, ``is_validation``, ``bad``, then one last
+    "no key" row. Which line uses which template is only a guess; :func:`_parse_rows` checks every
+    pair against its template key.
+    """
+    whole = ~truncated
+    sizes, counts = np.unique(n_parts[whole], return_counts=True)
+    chosen = sizes[np.argsort(-counts, kind="stable")[:MAX_TEMPLATES]]
+    line_base = np.full(len(n_parts), -1, dtype=np.int64)
+    seqs: list[tuple[str, ...]] = []
+    offset = 0
+    for size in chosen.tolist():
+        of_size = whole & (n_parts == size)
+        ref = int(np.flatnonzero(of_size)[0])
+        seqs.append(tuple(parts[ref].str.splitn(":", 2).struct.field("field_0").to_list()))
+        line_base[of_size] = offset
+        offset += size
+    key = tuple(seqs)
+    hit = _TEMPLATE_CACHE.get(key)
+    if hit is None:
+        if len(_TEMPLATE_CACHE) >= _TEMPLATE_CACHE_MAX:
+            _TEMPLATE_CACHE.clear()
+        key_col = pl.Series("key", [k for seq in seqs for k in seq] + [None], dtype=pl.String)
+        tmpl = (
+            key_col.to_frame()
+            .join(_key_table(key_col.drop_nulls().unique()), on="key", how="left", maintain_order="left")
+            .with_columns(
+                prefix=pl.when(pl.col("key").is_not_null())
+                .then(pl.col("key") + ":")
+                .otherwise(pl.lit(_NO_KEY))
+            )
+        )
+        hit = _TEMPLATE_CACHE[key] = (tmpl, bool(tmpl.get_column("bad").any()))
+    return hit[0], hit[1], line_base
+
+
+def _parse_rows(rows: pl.DataFrame, tmpl: pl.DataFrame, has_bad: bool) -> pl.DataFrame:
+    """``line_no, step, pair, t`` -> :data:`_PAIR_COLS`: the same rows and values as
+    :func:`_parse_pairs` gives, cheaper.
+
+    Consecutive step lines of a run write the same keys in the same order, so each pair is
+    first read with its line's template (:func:`_templates`): a pair that starts with the
+    template's ``key:`` is that key and the rest is its value. That is a prefix strip and a float
+    cast instead of a ``splitn`` per pair, with names and flags gathered from the template
+    instead of worked out per row; and it is exact, not a guess: a pair starting with
+    ``key + ":"`` (``key`` free of ``:``) splits on its first ``:`` into exactly that key. The
+    (rare) pairs that do not match their template take the general path.
+    """
+    t = rows.get_column("t")
+    pair = rows.get_column("pair")
+    v = pair.str.strip_prefix(tmpl.get_column("prefix").gather(t))
+    matched = v.str.len_bytes() < pair.str.len_bytes()
+    rest = None
+    if not matched.any():  # no template here: all of it the general way
+        return _parse_pairs(rows.lazy().drop("t")).select(_PAIR_COLS)
+    if not matched.all():
+        rest = rows.filter(~matched).drop("t")
+        rows, t, v = rows.filter(matched), t.filter(matched), v.filter(matched)
+    bad = tmpl.get_column("bad").gather(t) if has_bad else None
+    value = v.cast(pl.Float64, strict=False)
+    if bad is not None:  # a key that is not a key: no value at all
+        value = value.zip_with(~bad, pl.repeat(None, len(value), dtype=pl.Float64, eager=True))
+    hit = pl.DataFrame(
+        {
+            "line_no": rows.get_column("line_no"),
+            "step": rows.get_column("step"),
+            "pair": rows.get_column("pair"),
+            "key": tmpl.get_column("key").gather(t),
+            "value": value,
+            "metric": tmpl.get_column("metric").gather(t),
+            "is_validation": tmpl.get_column("is_validation").gather(t),
+        }
+    )
+    # the cast is the fast path (plain numbers); only the rest goes through the numpy-repr /
+    # boolean rules, as in _parse_pairs
+    slow = value.is_null() if bad is None else value.is_null() & ~bad
+    if slow.any():
+        fixed = v.filter(slow).to_frame("v").select(_value_expr(pl.col("v")).alias("value"))
+        hit = pl.concat([hit.filter(~slow), hit.filter(slow).with_columns(fixed.get_column("value"))])
+    if rest is None or rest.height == 0:
+        return hit
+    return pl.concat([hit, _parse_pairs(rest.lazy()).select(_PAIR_COLS)])
+
+
+def _key_table(keys: pl.Series) -> pl.DataFrame:
+    """Per distinct key: ``key, metric, is_validation, bad`` (the rules of :func:`_parse_pairs`)."""
+    return (
+        keys.to_frame("key")
+        .with_columns(metric=canonical_metric(pl.col("key")))
+        .with_columns(
+            is_validation=is_validation_metric(pl.col("metric")),
+            bad=(pl.col("key").str.len_bytes() == 0) | pl.col("key").str.contains(r"\s"),
+        )
+    )
 
 
 def _canonical_per_row(keys: pl.DataFrame, any_renamed: bool) -> pl.Expr:

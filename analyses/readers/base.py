@@ -78,6 +78,22 @@ def rejects_frame(line_no: pl.Series | list[int], reason: pl.Series | list[str] 
     )
 
 
+def accounted_chunk(
+    n_lines: int, table: str, rows: pl.DataFrame | None, bad: pl.DataFrame | None, skipped: int, reason_col: str = "reason"
+) -> Chunk:
+    """A chunk of ``n_lines`` lines: ``bad`` (line_no, reason, line) rejected, ``skipped`` skipped,
+    every other line parsed into ``rows`` of ``table``."""
+    n_bad = 0 if bad is None else bad.height
+    return Chunk(
+        tables={table: rows} if rows is not None and rows.height else {},
+        rejects=rejects_frame(bad["line_no"], bad[reason_col], bad["line"]) if n_bad else None,
+        lines=n_lines,
+        rows_ok=n_lines - n_bad - skipped,
+        rows_rejected=n_bad,
+        rows_skipped=skipped,
+    )
+
+
 def is_gzip(path: Path) -> bool:
     with open(path, "rb") as fh:
         return fh.read(2) == b"\x1f\x8b"

@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, rejects_frame
+from analyses.readers.base import Chunk, FileContext, UnreadableFile, accounted_chunk
 from analyses.telemetry_units import (
     LINE_CHUNK,
     NA_MARKERS,
@@ -221,16 +221,8 @@ def _ts_expr(d: pl.DataFrame, cell: pl.Expr, tz: str | None) -> pl.Expr:
 def _finish(
     batch: pl.DataFrame, samples: pl.DataFrame | None, bad: pl.DataFrame, skipped: int, source: str
 ) -> Chunk:
-    return Chunk(
-        tables={"gpu_samples": samples.with_columns(source=pl.lit(source))}
-        if samples is not None and samples.height
-        else {},
-        rejects=rejects_frame(bad["line_no"], bad["reason"], bad["line"]) if bad.height else None,
-        lines=batch.height,
-        rows_rejected=bad.height,
-        rows_skipped=skipped,
-        rows_ok=batch.height - bad.height - skipped,
-    )
+    rows = samples.with_columns(source=pl.lit(source)) if samples is not None else None
+    return accounted_chunk(batch.height, "gpu_samples", rows, bad, skipped)
 
 
 class ClusterUtilLongReader:

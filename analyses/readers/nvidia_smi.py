@@ -36,7 +36,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, rejects_frame
+from analyses.readers.base import Chunk, FileContext, accounted_chunk
 from analyses.telemetry_units import (
     DMON_COLUMNS,
     NA_MARKERS,
@@ -162,14 +162,7 @@ def _assemble(n_lines: int, samples: list[pl.DataFrame], rejects: list[pl.DataFr
         else pl.DataFrame(schema={"line_no": pl.Int64, "line": pl.String, "reason": pl.String})
     )
     out = pl.concat(samples, how="vertical_relaxed") if samples else None
-    return Chunk(
-        tables={"gpu_samples": out} if out is not None and out.height else {},
-        rejects=rejects_frame(rej["line_no"], rej["reason"], rej["line"]) if rej.height else None,
-        lines=n_lines,
-        rows_rejected=rej.height,
-        rows_skipped=skipped,
-        rows_ok=n_lines - rej.height - skipped,
-    )
+    return accounted_chunk(n_lines, "gpu_samples", out, rej, skipped)
 
 
 def _csv_segment(

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, rejects_frame
+from analyses.readers.base import Chunk, FileContext, UnreadableFile, accounted_chunk, rejects_frame
 from analyses.telemetry_units import (
     COUNTERS,
     DCGM_FIELDS,
@@ -117,14 +117,7 @@ class PrometheusTextReader:
             ]
         )
         n_skip = batch.height - s.height - bad.height + n_skipped
-        return Chunk(
-            tables={"gpu_samples": out} if out.height else {},
-            rejects=rejects_frame(rej["line_no"], rej["reason"], rej["line"]) if rej.height else None,
-            lines=batch.height,
-            rows_rejected=rej.height,
-            rows_skipped=n_skip,
-            rows_ok=batch.height - rej.height - n_skip,
-        )
+        return accounted_chunk(batch.height, "gpu_samples", out, rej, n_skip)
 
 
 class _Normalizer:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, rejects_frame
+from analyses.readers.base import Chunk, FileContext, UnreadableFile, accounted_chunk
 from analyses.telemetry_units import line_batches
 
 SOURCE = "worker_times"
@@ -108,11 +108,4 @@ class WorkerTimesReader:
             source=pl.lit(f"{SOURCE}:normalised_0_1000" if lay["norm"] else SOURCE),
         )
         n_skip = skipped + blank
-        return Chunk(
-            tables={"rank_times": out} if out.height else {},
-            rejects=rejects_frame(bad["line_no"], bad["_reason"], bad["line"]) if bad.height else None,
-            lines=batch.height,
-            rows_ok=batch.height - bad.height - n_skip,
-            rows_rejected=bad.height,
-            rows_skipped=n_skip,
-        ), seen
+        return accounted_chunk(batch.height, "rank_times", out, bad, n_skip, reason_col="_reason"), seen

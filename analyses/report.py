@@ -23,7 +23,7 @@ import polars as pl
 
 from analyses import figures as F
 from analyses.views import VIEW_GROUPS, open_catalog, view_doc, view_frame
-from analyses.views.headlines import headline_frame
+from analyses.views.headlines import format_value, headline_frame
 
 DEFAULT_NAME = "polytrace_report.html"
 
@@ -254,13 +254,7 @@ details{font-size:12px;color:#444;margin:6px 0}details code{white-space:pre-wrap
 
 
 def _fmt(v: object) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, list):
-        return ", ".join(str(x) for x in v[:12]) + (" …" if len(v) > 12 else "")
-    return str(v)
+    return format_value(v, max_items=12)
 
 
 def frame_html(df: pl.DataFrame, max_rows: int = 60) -> str:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _ci import skip_or_fail
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_LOGS = Path(os.environ.get("POLYTRACE_REAL_LOGS", REPO.parent / "shared" / "real_logs"))
@@ -15,10 +16,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 def _require(path: Path) -> Path:
     if not path.exists():
-        msg = f"real logs not found at {path} (set POLYTRACE_REAL_LOGS or put ../shared beside the repo)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+        skip_or_fail(f"real logs not found at {path} (set POLYTRACE_REAL_LOGS or put ../shared beside the repo)")
     return path
 
 

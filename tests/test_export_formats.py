@@ -53,7 +53,7 @@ def test_same_seed_gives_byte_identical_exports(single, tmp_path: Path):
     for fmt in ("polytrace-v2", "polytrace-v1", "vidur", "mooncake", "aiperf"):
         a = export(single, fmt, tmp_path / "a" / fmt, seed=9, steps=2)
         b = export(single, fmt, tmp_path / "b" / fmt, seed=9, steps=2)
-        assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b], fmt
+        assert a and [p.read_bytes() for p in a] == [p.read_bytes() for p in b], fmt  # files written, same bytes
 
 
 def test_v1_vidur_mooncake_aiperf_params(single, multi, tmp_path: Path):
@@ -189,4 +189,28 @@ def test_params_export_has_polytrace_parameter_file_structure(real_file, single,
     (pm,) = export(multi, "polytrace-params", tmp_path / "pm")
     tool = json.loads(pm.read_text())["tool_calling_task"]
     assert {"task_type", "call_count_distribution", "total_sessions", "available_call_counts"} <= set(tool)
-    assert set(ref["tool_calling_task"]["call_count_distribution"]) and all(k.isdigit() for k in tool["call_count_distribution"])
+    assert set(ref["tool_calling_task"]["call_count_distribution"]) and tool["call_count_distribution"]
+    assert all(k.isdigit() for k in tool["call_count_distribution"])
+
+
+def test_mooncake_blocks_are_shared_only_within_a_group(multi, tmp_path: Path):
+    # 70 samples per prompt (> 64): a trajectory's own context blocks must not collide with another
+    # trajectory's or with any prompt's blocks (a collision would fake prefix-cache hits)
+    import copy
+
+    spec = copy.deepcopy(multi)
+    w = next(iter(spec["workloads"].values()))
+    w["batch"]["prompts_per_step"], w["batch"]["samples_per_prompt"] = 3, 70
+    (mc,) = export(spec, "mooncake", tmp_path / "mc", steps=1, seed=0)
+    recs = [json.loads(x) for x in mc.read_text().splitlines()]
+    owners: dict[int, set[str]] = {}
+    for r in recs:
+        step, group, _ = r["session_id"].split("-")
+        for h in r["hash_ids"]:
+            owners.setdefault(h, set()).add(r["session_id"])
+    groups_of = {h: {s.rsplit("-", 1)[0] for s in ss} for h, ss in owners.items()}
+    assert len(recs) > 210 and owners
+    # every block is used by the sessions of one group only (prompt blocks: the group's; the rest: one session)
+    assert all(len(g) == 1 for g in groups_of.values())
+    shared = [h for h, ss in owners.items() if len(ss) > 1]
+    assert shared and all(len(groups_of[h]) == 1 for h in shared)

@@ -59,3 +59,17 @@ def test_write_read_round_trip(spec, tmp_path: Path):
 def test_schema_file_is_valid_json_schema_shape():
     s = json.loads(SCHEMA_PATH.read_text())
     assert s["$schema"].startswith("https://json-schema.org/") and "workload" in s["$defs"]
+
+
+def test_tool_failure_rate_uses_the_views_definition_of_failure():
+    import polars as pl
+
+    mt = synth_multiturn()
+    tc = mt["tool_calls"]
+    # statuses cycle success / OK / error / NULL: only 'error' is a failure, NULL is not counted
+    status = pl.Series(["success", "OK", "error", None] * (tc.height // 4 + 1)).head(tc.height)
+    tc = tc.with_columns(status=status)
+    w = fit_workload(mt["samples"], turns=mt["turns"], tool_calls=tc, run_id="mt", task="search")
+    known = status.drop_nulls()
+    expected = (known == "error").sum() / known.len()  # about 1/3
+    assert w["variables"]["tools"]["search"]["failure_rate"] == pytest.approx(expected)

@@ -118,8 +118,10 @@ def test_truncated_gzip_is_not_fatal() -> None:
         gzip.decompress(path.read_bytes())
     c = _read(path)
     assert c.rows_rejected == 1 and c.rejects["reason"][0].startswith("truncated_trace")
-    assert 0 < c.lines < 23
-    assert c.lines == c.rows_ok + c.rows_rejected + c.rows_skipped
+    # what zlib decompresses before the cut is the text of truncated_mid_event_rank-5.json plus
+    # 59 characters, still inside event 16: the same 15 complete events (counted independently
+    # with json.JSONDecoder.raw_decode over that text), so the same 11 kept / 4 skipped + the cut
+    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (16, 11, 1, 4)
 
 
 def test_escaped_strings_and_hta_rounding_of_ns_times() -> None:
@@ -246,3 +248,14 @@ def test_corrupt_gzip_keeps_what_decompressed(tmp_path: Path) -> None:
     assert c.rows_rejected >= 1
     assert 22 * 100 < c.lines < 22 * 600  # the events before the corruption were kept
     assert c.lines == c.rows_ok + c.rows_rejected + c.rows_skipped
+
+
+def test_truncated_gzip_through_ingest_is_partial_not_an_error(tmp_path: Path) -> None:
+    # the sniffing head of a cut gzip is what decompressed before the cut, so the file reaches
+    # the reader (which keeps the complete events) instead of failing as unreadable
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "t_rank-6.json.gz").write_bytes((KDIR / "truncated_gzip_rank-6.json.gz").read_bytes())
+    (f,) = ingest_run(run, tmp_path / "wh", refresh=False).files
+    assert (f.format, f.status) == ("kineto_trace", "partial")  # was ("unknown", "error")
+    assert (f.lines, f.rows_ok, f.rows_rejected) == (16, 11, 1)  # as test_truncated_gzip_is_not_fatal

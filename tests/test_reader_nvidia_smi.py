@@ -102,12 +102,12 @@ def test_timezone_tag_converts_naive_local_times():
 def test_small_chunks_keep_state_across_batches(monkeypatch):
     import analyses.readers.nvidia_smi as mod
 
-    def tiny(path, chunk_lines=2):
-        from analyses.telemetry_units import line_batches as lb
+    def tiny(path, batch_lines=2):
+        from analyses.readers.lines import line_frames
 
-        return lb(path, 2)
+        return line_frames(path, 2)
 
-    monkeypatch.setattr(mod, "line_batches", tiny)
+    monkeypatch.setattr(mod, "line_frames", tiny)
     _, t, s, r = run(FIX / "clock_jump.csv")
     assert r["line_no"].to_list() == [4] and s.height == 4
     _, t, s, _ = run(FIX / "restarted_logger_repeated_header.csv")
@@ -178,11 +178,39 @@ def test_multi_gpu_without_index_numbers_gpus_by_order_in_a_pass():
 
 def test_multi_gpu_pass_cut_by_a_batch_boundary(monkeypatch):
     import analyses.readers.nvidia_smi as mod
-    from analyses.telemetry_units import line_batches as lb
+    from analyses.readers.lines import line_frames
 
     # batches of 3 lines: [header, l2, l3] [l4, l5, l6] [l7] -> the first pass spans two batches
-    monkeypatch.setattr(mod, "line_batches", lambda path, chunk_lines=0: lb(path, 3))
+    monkeypatch.setattr(mod, "line_frames", lambda path, batch_lines=0: line_frames(path, 3))
     _, t, s, r = run(FIX / "multi_gpu_without_index.csv")
     assert r.height == 0
     mem = dict(s.filter(pl.col("metric") == "mem_used_mib").select("value", "gpu").iter_rows())
     assert mem == {1000.0: "0", 2000.0: "1", 3000.0: "2", 1001.0: "0", 2001.0: "1", 3001.0: "2"}
+
+
+def test_restarted_logger_with_attribute_only_header(tmp_path):
+    # the logger restarts with a query holding no metric (index, name only): its line is parsed
+    # but writes nothing, and must not break the samples of the first segment (by hand: 1 sample)
+    p = tmp_path / "smi.csv"
+    p.write_text(
+        "timestamp, index, utilization.gpu [%]\n2026/01/05 10:00:01.000, 0, 5 %\n"
+        "timestamp, index, name\n2026/01/05 10:00:02.000, 0, H100\n"
+    )
+    _, t, s, r = run(p)
+    assert t == {"lines": 4, "rows_ok": 2, "rows_rejected": 0, "rows_skipped": 2}
+    assert s.select("gpu", "metric", "value").rows() == [("0", "gpu_util_pct", 5.0)]
+
+
+def test_invalid_utf8_byte_rejects_its_line_not_the_file(tmp_path):
+    # one undecodable byte after a unit (a corrupted log): before, the native line scanner failed
+    # the whole file; now the byte reads as U+FFFD and only that line's unit is unknown
+    p = tmp_path / "smi.csv"
+    p.write_bytes(
+        b"timestamp, index, utilization.gpu [%]\n"
+        b"2026/01/05 10:00:01.000, 0, 5 %\n"
+        b"2026/01/05 10:00:02.000, 0, 6 %\xff\n"
+    )
+    _, t, s, r = run(p)
+    assert t == {"lines": 3, "rows_ok": 1, "rows_rejected": 1, "rows_skipped": 1}
+    assert r["line_no"].to_list() == [3] and r["reason"][0].startswith("unknown unit")
+    assert s["value"].to_list() == [5.0]

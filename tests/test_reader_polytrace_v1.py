@@ -105,3 +105,16 @@ def test_cut_document_is_an_unreadable_file(warehouse: Path, tmp_path: Path) -> 
     shutil.copy(FIX / "v1_cut_document.json", run / "w.json")
     (f,) = ingest_run(run, warehouse).files
     assert (f.format, f.status) == ("polytrace_v1", "error")
+
+
+def test_duplicate_step_key_is_rejected_not_silently_overwritten(tmp_path: Path) -> None:
+    # json.loads would keep only the last "0" and count 1 record; by hand: 3 step entries,
+    # the second "0" rejected (first wins, as for the other readers' duplicates)
+    p = tmp_path / "w.json"
+    p.write_text('{"0": {"input": [1], "output": [2]}, "1": {"input": [3], "output": [4]}, '
+                 '"0": {"input": [5], "output": [6]}}')
+    (chunk,) = PolyTraceV1Reader().read(FileContext("r", p, p.name, RunManifest()))
+    assert (chunk.lines, chunk.rows_ok, chunk.rows_rejected, chunk.rows_skipped) == (3, 2, 1, 0)
+    assert chunk.rejects.select("line_no", "reason").rows() == [(3, "duplicate step key '0': the first entry for it is kept")]
+    s = chunk.tables["samples"].sort("step")
+    assert s.select("step", "prompt_tokens", "response_tokens").rows() == [(0, 1, 2), (1, 3, 4)]

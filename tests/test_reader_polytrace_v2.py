@@ -286,3 +286,47 @@ def test_real_dapo_filter_one_row_per_generation_batch(real_file, warehouse: Pat
     assert fb["prompts_used"].to_list() == [27, 5, 27, 5, 32, 30]
     assert set(fb["samples_generated"]) == {96 * 8}
     assert scan_table(warehouse, "samples").collect().height == 6 * 96 * 8
+
+
+def test_invalid_utf8_byte_does_not_sink_the_file(tmp_path: Path) -> None:
+    # one undecodable byte inside a string of line 2 (replaced by U+FFFD, as the console reader
+    # does) and a bad record on line 3: by hand 2 parsed (1 + 2 outputs), 1 rejected
+    p = tmp_path / "packed_lengths_step_0.jsonl"
+    p.write_bytes(
+        b'{"step": 0, "local_index": 0, "input": 3, "output": [1]}\n'
+        b'{"step": 0, "local_index": 1, "input": 4, "output": [2, 5], "note": "\xff"}\n'
+        b'{"step": 0, "local_index": 2, "input": "x", "output": [1]}\n'
+    )
+    tables, rej, acc = _read(PackedLengthsReader(), p)
+    assert acc == {"lines": 3, "rows_ok": 2, "rows_rejected": 1, "rows_skipped": 0}
+    assert tables["samples"]["response_tokens"].to_list() == [1, 2, 5]
+    assert rej.row(0)[:2] == (3, "wrong type for input: VARCHAR")
+
+
+@pytest.mark.parametrize("batch_lines", [1, 2])
+@pytest.mark.parametrize(
+    ("reader", "rel"),
+    [
+        (PackedLengthsReader(), "packed_bad_records_each_kind/packed_lengths_step_1.jsonl"),
+        (PackedLengthsReader(), "packed_tp_peers_log_same_prompt/packed_lengths_step_0.jsonl"),
+        (RewardTimingsReader(), "reward_validation_pass/reward_timings_step_0.jsonl"),
+        (MultiturnWorkloadReader(), "multiturn_two_calls_in_one_turn/multiturn_workload_step_4.jsonl"),
+        (DapoFilterReader(), "dapo_inconsistent_counts/dapo_filter_indices.jsonl"),
+    ],
+)
+def test_batch_boundaries_do_not_hide_duplicates(monkeypatch, reader, rel: str, batch_lines: int) -> None:  # noqa: ANN001
+    # a file longer than one decode batch: the duplicate of line 1 on line 2 (tp peers) or of
+    # line 8 on line 9 (bad records) sits in another batch and must still be rejected, so every
+    # small-batch read equals the whole-file read (whose counts the tests above pin by hand)
+    import functools
+
+    import analyses.readers.polytrace_v2 as mod
+    from analyses.readers.typed_jsonl import decode_jsonl
+
+    whole = _read(reader, FIX / rel)
+    monkeypatch.setattr(mod, "decode_jsonl", functools.partial(decode_jsonl, batch_lines=batch_lines))
+    tiny = _read(reader, FIX / rel)
+    assert tiny[2] == whole[2]
+    assert tiny[1].sort("line_no").equals(whole[1].sort("line_no"))
+    for table, df in whole[0].items():
+        assert tiny[0][table].equals(df), table

@@ -59,9 +59,9 @@ def test_counter_reset_is_repaired_and_flagged():
 
 def test_counter_reset_across_chunks(monkeypatch):
     import analyses.readers.prometheus as mod
-    from analyses.telemetry_units import line_batches as lb
+    from analyses.readers.lines import line_frames
 
-    monkeypatch.setattr(mod, "line_batches", lambda path, chunk_lines=0: lb(path, 3))
+    monkeypatch.setattr(mod, "line_frames", lambda path, batch_lines=0: line_frames(path, 3))
     _, _, s, _ = run(FIX / "counter_reset.prom")
     e = s.filter(pl.col("metric") == "energy_j").sort("ts")
     assert e["value"].to_list() == [1000.0, 2000.0, 2500.0, 3500.0]
@@ -209,3 +209,31 @@ def test_bad_telemetry_file_never_sinks_the_run(tmp_path):
     assert scan_table(tmp_path / "wh", "gpu_samples").select(pl.len()).collect().item() == 9
     rejects = scan_table(tmp_path / "wh", "rejects").collect()
     assert rejects.select("path", "line_no").rows() == [("cut.prom", 8)]
+
+
+def test_query_range_malformed_series_and_null_pairs_are_rejected_not_fatal(tmp_path):
+    # result[0]: a bare number (not a series); result[1]: a good pair, a null entry, a 1-element
+    # entry; result[2]: "values" is not a list. By hand: 5 records, 1 sample, 4 rejected.
+    p = tmp_path / "q.json"
+    p.write_text(
+        '{"status":"success","data":{"resultType":"matrix","result":['
+        "1,"
+        '{"metric":{"__name__":"DCGM_FI_DEV_GPU_UTIL","gpu":"0"},"values":[[1767607200,"50"],null,[1767607215]]},'
+        '{"metric":{"__name__":"DCGM_FI_DEV_GPU_UTIL","gpu":"1"},"values":5}'
+        "]}}"
+    )
+    name, t, s, r = run(p)
+    assert name == "prometheus_range_json"
+    assert t == {"lines": 5, "rows_ok": 1, "rows_rejected": 4, "rows_skipped": 0}
+    assert s.select("gpu", "ts", "metric", "value").rows() == [("0", T0, "gpu_util_pct", 50.0)]
+    assert sorted(r["line_no"].to_list()) == [1, 3, 4, 5]
+
+
+def test_out_of_range_timestamp_rejects_the_line(tmp_path):
+    # 99999999999999999 ms is no time (before: an Int64 overflow / failed cast); by hand 1 + 1
+    p = tmp_path / "t.prom"
+    p.write_text('DCGM_FI_DEV_GPU_UTIL{gpu="0"} 5 99999999999999999\nDCGM_FI_DEV_GPU_UTIL{gpu="0"} 6 1767607200000\n')
+    _, t, s, r = run(p)
+    assert t == {"lines": 2, "rows_ok": 1, "rows_rejected": 1, "rows_skipped": 0}
+    assert r.select("line_no", "reason").rows() == [(1, "timestamp out of range: 99999999999999999")]
+    assert s.select("ts", "value").rows() == [(T0, 6.0)]

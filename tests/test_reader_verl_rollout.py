@@ -159,3 +159,22 @@ def test_real_zyqiu_single_turn_dump_and_estimate_calibration(real_file, warehou
     # minus the 5 stripped chat special tokens = ~98.6; response_length/mean of its first 5 steps 309.6
     assert s["prompt_tokens"].mean() == pytest.approx(98.6, rel=0.05)
     assert s["response_tokens"].mean() == pytest.approx(309.6, rel=0.10)
+
+
+def test_batch_boundaries_keep_groups_and_duplicates(monkeypatch) -> None:  # noqa: ANN001
+    # one line per decode batch: line 5 repeats request_id "a" of line 1, and lines 1 and 2 share
+    # a prompt (group g1): both span batches and must read exactly as the whole file does
+    import functools
+
+    import analyses.readers.verl_rollout as mod
+    from analyses.readers.typed_jsonl import decode_jsonl
+
+    path = FIX / "multiturn_tool_calls_and_bad_records" / "3.jsonl"
+    whole = _read(path, RunManifest(max_response_length=4))
+    monkeypatch.setattr(mod, "decode_jsonl", functools.partial(decode_jsonl, batch_lines=1))
+    tiny = _read(path, RunManifest(max_response_length=4))
+    assert tiny[2] == whole[2] == {"lines": 7, "rows_ok": 3, "rows_rejected": 4, "rows_skipped": 0}
+    assert tiny[1].sort("line_no").equals(whole[1].sort("line_no"))
+    assert tiny[0]["samples"].select("sample_id", "group_id").rows() == [("a", "g1"), ("b", "g1"), ("c", "g3")]
+    for table, df in whole[0].items():
+        assert tiny[0][table].equals(df), table

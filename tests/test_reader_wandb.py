@@ -182,3 +182,60 @@ def test_real_run_counts(needs_wandb, real_file, tmp_path: Path) -> None:
     ingest_run(run, wh)
     _assert_no_email(wh)
     assert scan_table(wh, "gpu_samples").select(pl.len()).collect().item() == 51744
+
+
+def _frame(pieces: list[tuple[int, bytes]]) -> bytes:
+    """A .wandb file of raw (type, data) pieces in one block, framed as wandb's writer does
+    (CRC-32 seeded with the type byte), written here independently of the reader."""
+    import struct
+    import zlib
+
+    out = bytearray(b":W&B" + struct.pack("<HB", 0xBEE1, 0))
+    for rtype, data in pieces:
+        crc = zlib.crc32(data, zlib.crc32(bytes([rtype])))
+        out += struct.pack("<IHB", crc, len(data), rtype) + data
+    return bytes(out)
+
+
+def test_record_without_its_last_piece_is_rejected_not_lost(tmp_path: Path) -> None:
+    # FULL "a"; FIRST "b1" whose MIDDLE/LAST never come (a FULL starts instead); FULL "c";
+    # FIRST "d1" + LAST "d2" -> 4 logical records: a, the broken one, c, d1d2
+    p = tmp_path / "run-x.wandb"
+    p.write_bytes(_frame([(1, b"a"), (2, b"b1"), (1, b"c"), (2, b"d1"), (4, b"d2")]))
+    recs = list(iter_records(p))
+    assert [(n, data, (err or "").split(":")[0]) for n, data, err in recs] == [
+        (1, b"a", ""),
+        (2, None, "corrupt_record"),
+        (3, b"c", ""),
+        (4, b"d1d2", ""),
+    ]
+
+
+def test_history_without_integral_step_is_rejected(needs_wandb, tmp_path: Path) -> None:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    def history(items: dict[str, str]) -> bytes:
+        r = pb.Record()
+        for k, v in items.items():
+            it = r.history.item.add()
+            it.key, it.value_json = k, v
+        return r.SerializeToString()
+
+    p = tmp_path / "run-y.wandb"
+    p.write_bytes(
+        _frame(
+            [
+                (1, history({"_step": "1", "loss": "0.5"})),
+                (1, history({"loss": "0.25"})),  # no _step: the value has no step to land on
+                (1, history({"_step": "2.5", "loss": "0.125"})),  # not an integer step
+            ]
+        )
+    )
+    c = _one(p)
+    # by hand: record 1 parsed (1 metric), records 2 and 3 rejected; nothing silently dropped
+    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (3, 1, 2, 0)
+    assert c.tables["step_metrics"].select("step", "metric", "value").rows() == [(1, "loss", 0.5)]
+    assert dict(zip(c.rejects["line_no"], c.rejects["reason"], strict=True)) == {
+        2: "history record without a numeric _step",
+        3: "history record with a _step that is not a non-negative integer: 2.5",
+    }

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from _ci import skip_or_fail
 from _views_util import build_demo_warehouse
 
 from analyses.report import build_report
@@ -138,10 +139,7 @@ def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _require_chromium() -> str:
     exe = _chromium()
     if exe is None:
-        msg = "no Chromium found (apt-get install -y chromium, or set POLYTRACE_CHROMIUM)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+        skip_or_fail("no Chromium found (apt-get install -y chromium, or set POLYTRACE_CHROMIUM)")
     return exe
 
 

@@ -8,10 +8,10 @@ readers, e.g. for the video run:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from _ci import skip_or_fail
 from _views_util import rows
 
 from analyses.catalog import connect
@@ -113,10 +113,7 @@ def test_wandb_gpu_utilization_aligned_to_steps(real_logs: Path, tmp_path: Path)
     import importlib.util
 
     if importlib.util.find_spec("wandb") is None:
-        msg = "the wandb offline reader needs the optional wandb package (pip install '.[wandb]')"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+        skip_or_fail("the wandb offline reader needs the optional wandb package (pip install '.[wandb]')")
     run = real_logs / "verl_agentic_open-agentrl/run-20251130_144822-gjvwlq13"
     ingest_run(run, tmp_path / "wh", run_id="w")
     c = connect(tmp_path / "wh")

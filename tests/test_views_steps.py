@@ -60,3 +60,13 @@ def test_stage_breakdown_shares(con) -> None:  # noqa: ANN001
     assert (s2["rollout_share"], s2["training_share"], s2["other_share"]) == pytest.approx((0.75, 0.25, 0.0))
     s3 = got[3]  # stages overlap (40 + 20 > 50): shares of 60 s, other 0
     assert (s3["rollout_share"], s3["training_share"], s3["other_s"]) == pytest.approx((2 / 3, 1 / 3, 0.0))
+
+
+def test_stage_headline_is_null_not_nan_when_no_time_is_logged(tmp_path: Path) -> None:
+    from analyses.views.headlines import headline_frame
+
+    root = tmp_path / "wh"
+    stage_run(root, "z", {"steps": {"step": [1, 2], "gen_time_s": [0.0, 0.0], "step_time_s": [0.0, 0.0]}})
+    h = headline_frame(open_wh(root), "stage_breakdown").row(0, named=True)
+    # 0 s of stage time over 0 s of step time: no share, not NaN (docs/views.md: ratios are NULL on a 0 denominator)
+    assert h["steps"] == 2 and h["rollout_share"] is None and h["other_share"] is None

@@ -67,3 +67,29 @@ def test_multiturn(con) -> None:  # noqa: ANN001
     by = {r["turn"]: r for r in rows(con, "SELECT * FROM multiturn_by_turn")}
     assert by[0]["n"] == 2 and by[0]["prefix_cache_share"] == 0.0
     assert by[1]["prefix_cache_share"] == 0.5 and by[1]["engine_latency_p50_s"] == 3.0
+
+
+def test_validation_turns_and_calls_left_out(tmp_path: Path) -> None:
+    # training trajectory s1 (1 turn, 1 call of 2 s) and validation trajectory val-s1 (2 turns, 2 calls of 50 s):
+    # the readers key a validation record's turns/calls to its 'val-' sample, which has validate = true
+    root = tmp_path / "wh"
+    stage_run(
+        root,
+        "v",
+        {
+            "samples": {"step": [0, 0], "sample_id": ["s1", "val-s1"], "validate": [False, True],
+                        "n_turns": [1, 2], "n_tool_calls": [1, 2]},
+            "turns": {"step": [0, 0, 0], "sample_id": ["s1", "val-s1", "val-s1"], "turn": [0, 0, 1],
+                      "prompt_tokens": [100, 100, 200], "cached_tokens": [0, 0, 100], "engine_latency_s": [1.0, 9.0, 9.0]},
+            "tool_calls": {"step": [0, 0, 0], "sample_id": ["s1", "val-s1", "val-s1"], "turn": [0, 0, 0],
+                           "call_index": [0, 0, 1], "tool_name": ["search"] * 3, "latency_s": [2.0, 50.0, 50.0]},
+        },
+    )
+    con = open_wh(root)
+    assert rows(con, "SELECT calls, max_s FROM tool_latency") == [{"calls": 1, "max_s": 2.0}]
+    assert rows(con, "SELECT count(*) AS n FROM tool_latency_cdf")[0]["n"] == 1
+    assert rows(con, "SELECT sum(calls) AS n FROM tool_latency_by_turn")[0]["n"] == 1
+    assert rows(con, "SELECT sample_id FROM trajectories") == [{"sample_id": "s1"}]
+    m = rows(con, "SELECT * FROM multiturn")[0]
+    assert (m["trajectories"], m["turn_latency_p99_s"], m["prefix_cache_share"]) == (1, 1.0, 0.0)
+    assert rows(con, "SELECT turn, n FROM multiturn_by_turn") == [{"turn": 0, "n": 1}]

@@ -26,6 +26,7 @@ import numpy as np
 from scipy import stats
 
 from analyses.fit.continuous import _clean, apply_bounds
+from analyses.fit.tails import gpd_from_dict, gpd_to_dict
 
 N_KNOTS = 257
 TAIL_QUANTILES = (0.9, 0.95, 0.97, 0.98)  # candidate thresholds; the best-fitting GPD (KS) wins
@@ -74,7 +75,7 @@ class EmpiricalTailFit:
                 "kind": "empirical_tail",
                 "knots": self.knots,
                 "tail_prob": self.tail_prob,
-                "tail": {"family": "genpareto", "params": [self.xi, 0.0, self.sigma], "param_names": ["c", "loc", "scale"]},
+                "tail": gpd_to_dict(self.xi, self.sigma),
                 "upper": self.upper,
                 "censor_at": self.censor_at,
                 "p_cap": self.p_cap,
@@ -87,7 +88,7 @@ class EmpiricalTailFit:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EmpiricalTailFit:
-        c, _, s = d["tail"]["params"]
+        c, s = gpd_from_dict(d["tail"])
         return cls([float(k) for k in d["knots"]], float(d["tail_prob"]), float(c), float(s), float(d["upper"]),
                    d.get("censor_at"), float(d.get("p_cap") or 0.0), int(d.get("n", 0)), int(d.get("n_censored", 0)),
                    bool(d.get("integer", True)), float(d.get("lower", 1.0)))

@@ -218,7 +218,10 @@ def write_mooncake(g: Generated, w: dict[str, Any], path: Path, step_interval_s:
     prompt_nb = (pl.col("p") + BLOCK - 1) // BLOCK
     total_nb = (pl.col("prefill") + BLOCK - 1) // BLOCK
     max_nb = int(r.select((pl.col("prefill") + BLOCK - 1) // BLOCK).max().item() or 1) + 1
-    traj_base = pl.lit(10_000_000) + (pl.col("gid") * 64 + pl.col("sample_index")) * max_nb
+    # ids [0, groups * max_nb) are prompt blocks (max_nb per group); each trajectory's own blocks
+    # follow, max_nb per (group, sample): disjoint whatever the number of groups or samples per prompt
+    per_group = max(int(w["batch"].get("samples_per_prompt") or 1), int(r["sample_index"].max() or 0) + 1)
+    traj_base = (gk.height + pl.col("gid") * per_group + pl.col("sample_index")) * max_nb
     r = r.with_columns(
         hash_ids=pl.concat_list(
             pl.int_ranges(pl.col("gid") * max_nb, pl.col("gid") * max_nb + pl.min_horizontal(prompt_nb, total_nb)),

@@ -20,6 +20,17 @@ from analyses.fit.continuous import ContinuousFit, _clean, fit_continuous
 THRESHOLD_QUANTILES = (0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.97)
 
 
+def gpd_to_dict(xi: float, sigma: float) -> dict[str, Any]:
+    """A location-0 generalized Pareto tail as the spec writes it (scipy ``genpareto`` parameter order)."""
+    return {"family": "genpareto", "params": [xi, 0.0, sigma], "param_names": ["c", "loc", "scale"]}
+
+
+def gpd_from_dict(d: dict[str, Any]) -> tuple[float, float]:
+    """(xi, sigma) of a tail written by :func:`gpd_to_dict`."""
+    c, _, s = d["params"]
+    return float(c), float(s)
+
+
 @dataclass
 class BodyTailFit:
     body: ContinuousFit
@@ -50,7 +61,7 @@ class BodyTailFit:
                 "body": self.body.to_dict(),
                 "threshold": self.threshold,
                 "tail_prob": self.tail_prob,
-                "tail": {"family": "genpareto", "params": [self.xi, 0.0, self.sigma], "param_names": ["c", "loc", "scale"]},
+                "tail": gpd_to_dict(self.xi, self.sigma),
                 "n": self.n,
                 "n_tail": self.n_tail,
                 "tail_ks": self.tail_ks,
@@ -60,7 +71,7 @@ class BodyTailFit:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BodyTailFit:
-        c, _, s = d["tail"]["params"]
+        c, s = gpd_from_dict(d["tail"])
         return cls(ContinuousFit.from_dict(d["body"]), float(d["threshold"]), float(d["tail_prob"]), float(c), float(s),
                    int(d.get("n", 0)), int(d.get("n_tail", 0)), float(d.get("tail_ks") or 0), dict(d.get("gof") or {}))
 

@@ -24,6 +24,7 @@ from analyses.fit.joint import (
     joint_distance,
 )
 from analyses.fit.tails import BodyTailFit, fit_body_tail
+from analyses.views.tools import OK_STATUSES
 
 Marginal = ContinuousFit | DiscreteFit | CategoricalFit | BodyTailFit | EmpiricalTailFit
 RESPONSE_MODELS = ("parametric", "empirical_tail")
@@ -259,7 +260,8 @@ def _fit_multiturn(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.D
             if rt.size >= 2:
                 entry["response_tokens"] = fit_continuous(rt, seed=seed, integer=True, lower=0.0).to_dict()
             ok = g["status"].drop_nulls()
-            entry["failure_rate"] = float((ok != "success").mean()) if ok.len() else 0.0
+            # the tool_latency view's definition: a known status that is not a success one
+            entry["failure_rate"] = float((~ok.str.to_lowercase().is_in(OK_STATUSES)).mean()) if ok.len() else 0.0
             tools[tname] = entry
         out["tools"] = tools
         # tokens a tool call adds to the trajectory beyond its response (templates, tags)

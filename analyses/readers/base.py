@@ -7,11 +7,11 @@ Each chunk says how many input lines it consumed and how each was accounted for,
 
 from __future__ import annotations
 
-import gzip
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import polars as pl
 
@@ -19,6 +19,7 @@ from analyses.manifest import RunManifest
 from analyses.schema import RAW_MAX_CHARS
 
 SNIFF_BYTES = 64 * 1024
+_HEAD_FEED = 8 * 1024  # compressed bytes per decompress call while reading a gzip head
 
 
 @dataclass
@@ -100,11 +101,51 @@ def is_gzip(path: Path) -> bool:
 
 
 def read_head(path: Path, n: int = SNIFF_BYTES) -> str:
-    """The first ``n`` bytes of a (possibly gzipped) file as text, undecodable bytes replaced."""
-    opener = gzip.open if is_gzip(path) else open
+    """The first ``n`` bytes of a (possibly gzipped) file as text, undecodable bytes replaced.
+
+    A gzip stream cut (or corrupt) before ``n`` bytes gives what decompressed before the cut, so
+    a reader that keeps the complete part of a cut file (Kineto traces) still gets to sniff it;
+    only a gzip of which nothing decompresses is unreadable.
+    """
     try:
-        with opener(path, "rb") as fh:
-            data = fh.read(n)
-    except (OSError, EOFError) as exc:
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                fh.seek(0)
+                return fh.read(n).decode("utf-8", errors="replace")
+            fh.seek(0)
+            data = _gunzip_head(fh, n)
+    except OSError as exc:
         raise UnreadableFile(f"cannot read head: {exc}") from exc
     return data.decode("utf-8", errors="replace")
+
+
+def _gunzip_head(fh: BinaryIO, n: int) -> bytes:
+    d = zlib.decompressobj(wbits=31)
+    out = bytearray()
+    raw, ended = b"", False  # ended: some gzip member was complete
+    try:
+        while len(out) < n:
+            raw = raw or fh.read(_HEAD_FEED)
+            if not raw:
+                break
+            out += d.decompress(raw)
+            raw = b""
+            if d.eof:  # end of a member: another may follow (concatenated gzip)
+                raw, d, ended = d.unused_data, zlib.decompressobj(wbits=31), True
+    except zlib.error as exc:  # corrupt data (or padding after the last member)
+        if not out and not ended:
+            raise UnreadableFile(f"cannot read head: corrupt gzip: {exc}") from exc
+    if not out and not ended:
+        raise UnreadableFile("cannot read head: gzip stream cut before any data")
+    return bytes(out[:n])
+
+
+EPOCH_ABS_MAX = 1e17  # any plausible epoch in s, ms or µs is far below; epoch_to_ts's Int64 cast is not
+
+
+def epoch_in_range(x: pl.Expr) -> pl.Expr:
+    """``x`` as Float64 where :func:`analyses.telemetry_units.epoch_to_ts` can convert it (finite,
+    ``|x| < EPOCH_ABS_MAX``), else null: an absurd number (``1e30``, ``inf``, ``nan``) then gives a
+    null timestamp, so its line is rejected, instead of a failed strict cast that fails the file."""
+    x = x.cast(pl.Float64, strict=False)
+    return pl.when(x.is_finite() & (x.abs() < EPOCH_ABS_MAX)).then(x)

@@ -17,7 +17,9 @@ Both: the metric comes from the ``metric`` column, else from the file name
 ``SM_ACTIVE`` -> ``sm_active_pct`` as ratio x100, ...), else the file stem verbatim. Timestamps
 are epoch seconds/ms/us (by magnitude) or date-time text. Lines whose field count is wrong,
 whose time or value does not parse, are rejected; time going backwards or repeating for a
-host/GPU rejects the line (telemetry_units). Reading is columnar, ``LINE_CHUNK`` lines at a time.
+host/GPU rejects the line (telemetry_units). A value that is an N/A marker (``N/A``, ``-``, an
+empty cell, ...: ``telemetry_units.NA_MARKERS``) writes no sample, and its line still counts as
+parsed. Blank lines are skipped. Reading is columnar, ``LINE_CHUNK`` lines at a time.
 
 ``.tar.gz``/``.tgz``/``.tar`` archives (the Alibaba trace ships as one) are read member by member,
 streamed: CSV members in the sniffed layout are parsed, other members' lines are skipped. A member
@@ -36,13 +38,13 @@ from pathlib import Path, PurePosixPath
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, accounted_chunk
+from analyses.readers.base import Chunk, FileContext, UnreadableFile, accounted_chunk, epoch_in_range
+from analyses.readers.lines import line_frames
 from analyses.telemetry_units import (
     LINE_CHUNK,
     NA_MARKERS,
     SeriesClock,
     epoch_to_ts,
-    line_batches,
     manifest_timezone,
     parse_ts_any,
     stem_metric,
@@ -158,7 +160,7 @@ def iter_sources(
     whether a member's first line is in this reader's layout. Consume each member's batches
     before asking for the next member."""
     if not tarfile.is_tarfile(path):
-        yield path.name, line_batches(path, chunk_lines), 0
+        yield path.name, line_frames(path, chunk_lines), 0
         return
     consumed = [0]  # lines of earlier members, so line numbers run on across the archive
     try:
@@ -212,10 +214,13 @@ def _cell(i: int) -> pl.Expr:
 
 def _ts_expr(d: pl.DataFrame, cell: pl.Expr, tz: str | None) -> pl.Expr:
     """Epoch numbers when every time cell of this batch is one (the common case, and ~3x
-    cheaper than trying the text formats), else text-or-epoch per cell."""
+    cheaper than trying the text formats), else text-or-epoch per cell. A number no epoch can be
+    (``1e30``, ``inf``, ``nan``) gives a null time (the line is rejected), not a failed file."""
     num = cell.cast(pl.Float64, strict=False)
     text = d.select((num.is_null() & cell.is_not_null() & (cell != "")).sum()).item()
-    return epoch_to_ts(num) if text == 0 else parse_ts_any(cell, tz)
+    if text == 0:
+        return epoch_to_ts(epoch_in_range(num))
+    return parse_ts_any(pl.when(num.is_null() | epoch_in_range(num).is_not_null()).then(cell), tz)
 
 
 def _finish(
@@ -225,6 +230,37 @@ def _finish(
     return accounted_chunk(batch.height, "gpu_samples", rows, bad, skipped)
 
 
+def _read(ctx: FileContext, layout_of, kind: str, clock_keys: list[str], chunk) -> Iterator[Chunk]:
+    """The read loop of both layouts: per CSV source, its header line (skipped) gives the
+    layout, then every batch goes through ``chunk(batch, body, skipped, layout, metric, factor,
+    tz, clock)``; a skipped archive member is one chunk of skipped lines."""
+    tz = manifest_timezone(ctx.manifest)
+    for name, batches, n_skip in iter_sources(ctx.path, lambda h: layout_of(h) is not None):
+        if batches is None:
+            yield Chunk(lines=n_skip, rows_skipped=n_skip)
+            continue
+        metric, factor = _metric_for(PurePosixPath(name).stem)
+        clock = SeriesClock(clock_keys)
+        layout = None
+        for batch in batches:
+            body, skipped = batch, 0
+            if layout is None:
+                layout = layout_of(batch["line"][0])
+                if layout is None:
+                    raise UnreadableFile(f"{name}: header is not a {kind} utilization table")
+                body, skipped = batch.slice(1), 1
+            yield chunk(batch, body, skipped, layout, metric, factor, tz, clock)
+
+
+def _clock_split(d: pl.DataFrame, clock: SeriesClock, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(good, bad) rows of ``d``: rows with a ``_reason`` are bad, then the clock check (time
+    going backwards or repeating per series ``keys``) moves more of the rest to bad."""
+    good = d.filter(pl.col("_reason").is_null())
+    good = good.with_columns(_reason=clock.check(good.select(*keys, "ts")))
+    bad = pl.concat([d.filter(pl.col("_reason").is_not_null()), good.filter(pl.col("_reason").is_not_null())])
+    return good.filter(pl.col("_reason").is_null()), bad
+
+
 class ClusterUtilLongReader:
     name = SOURCE_LONG
 
@@ -232,25 +268,7 @@ class ClusterUtilLongReader:
         return _sniff_layout(head, long_layout)
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
-        tz = manifest_timezone(ctx.manifest)
-        for name, batches, n_skip in iter_sources(ctx.path, lambda h: long_layout(h) is not None):
-            if batches is None:
-                yield Chunk(lines=n_skip, rows_skipped=n_skip)
-                continue
-            metric, factor = _metric_for(PurePosixPath(name).stem)
-            clock = SeriesClock(["host", "gpu", "metric"])
-            layout: dict[str, int] | None = None
-            for batch in batches:
-                skipped = 0
-                if layout is None:
-                    layout = long_layout(batch["line"][0])
-                    batch_body = batch.slice(1)
-                    skipped = 1
-                    if layout is None:
-                        raise UnreadableFile(f"{name}: header is not a long utilization table")
-                else:
-                    batch_body = batch
-                yield self._chunk(batch, batch_body, skipped, layout, metric, factor, tz, clock)
+        return _read(ctx, long_layout, "long", ["host", "gpu", "metric"], self._chunk)
 
     def _chunk(self, batch, body, skipped, layout, metric, factor, tz, clock) -> Chunk:
         blank = body.filter(pl.col("line").str.strip_chars() == "")
@@ -278,12 +296,8 @@ class ClusterUtilLongReader:
             .then(pl.lit("non-numeric value"))
         )
         d = d.with_columns(_reason=reason)
-        good = d.filter(pl.col("_reason").is_null())
-        good = good.with_columns(_reason=clock.check(good.select("host", "gpu", "metric", "ts")))
-        bad = pl.concat(
-            [d.filter(pl.col("_reason").is_not_null()), good.filter(pl.col("_reason").is_not_null())]
-        )
-        good = good.filter(pl.col("_reason").is_null() & pl.col("value").is_not_null())
+        good, bad = _clock_split(d, clock, ["host", "gpu", "metric"])
+        good = good.filter(pl.col("value").is_not_null())  # an N/A value: parsed, no sample
         samples = good.select("host", "gpu", "ts", "metric", "value")
         return _finish(
             batch,
@@ -304,23 +318,7 @@ class ClusterUtilWideReader:
         return _sniff_layout(head, wide_layout)
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
-        tz = manifest_timezone(ctx.manifest)
-        for name, batches, n_skip in iter_sources(ctx.path, lambda h: wide_layout(h) is not None):
-            if batches is None:
-                yield Chunk(lines=n_skip, rows_skipped=n_skip)
-                continue
-            metric, factor = _metric_for(PurePosixPath(name).stem)
-            clock = SeriesClock(["_k"])
-            cols: list[str] | None = None
-            for batch in batches:
-                skipped = 0
-                body = batch
-                if cols is None:
-                    cols = wide_layout(batch["line"][0])
-                    body, skipped = batch.slice(1), 1
-                    if cols is None:
-                        raise UnreadableFile(f"{name}: header is not a wide utilization table")
-                yield self._chunk(batch, body, skipped, cols, metric, factor, tz, clock)
+        return _read(ctx, wide_layout, "wide", ["_k"], self._chunk)
 
     def _chunk(self, batch, body, skipped, cols, metric, factor, tz, clock) -> Chunk:
         blank = body.filter(pl.col("line").str.strip_chars() == "")
@@ -341,12 +339,7 @@ class ClusterUtilWideReader:
             .then(pl.lit("non-numeric value"))
         )
         d = d.with_columns(_reason=reason, _k=pl.lit(0), **{k: e * factor for k, e in nums.items()})
-        good = d.filter(pl.col("_reason").is_null())
-        good = good.with_columns(_reason=clock.check(good.select("_k", "ts")))
-        bad = pl.concat(
-            [d.filter(pl.col("_reason").is_not_null()), good.filter(pl.col("_reason").is_not_null())]
-        )
-        good = good.filter(pl.col("_reason").is_null())
+        good, bad = _clock_split(d, clock, ["_k"])
         long = (
             good.select("ts", *vals)
             .rename({f"_v{i}": cols[i] for i in range(1, n)})

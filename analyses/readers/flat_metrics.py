@@ -23,10 +23,13 @@ and logged per file at INFO, not stored):
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 
 import duckdb
 import polars as pl
 
+from analyses.readers.base import Chunk, FileContext
+from analyses.readers.lines import LineBatch, iter_line_batches
 from analyses.steps import canonical_metric, is_validation_metric
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,8 @@ WHERE n.type NOT IN ('OBJECT', 'ARRAY')
 """
 
 
-def _query(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame, sql: str) -> pl.DataFrame:
+def query_frame(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame, sql: str) -> pl.DataFrame:
+    """``sql`` run on ``con`` with ``frame`` registered as the view ``name`` for the query only."""
     con.register(name, frame)
     try:
         return con.sql(sql).pl()
@@ -92,7 +96,7 @@ def _kind(type_col: str) -> pl.Expr:
 
 
 def _nested_leaves(con: duckdb.DuckDBPyConnection, subs: pl.DataFrame) -> pl.DataFrame:
-    raw = _query(con, "subs", subs, _SUB_SQL)
+    raw = query_frame(con, "subs", subs, _SUB_SQL)
     if raw.height == 0:
         return pl.DataFrame(
             schema={"line_no": pl.Int64, "top_id": pl.Int64, "sub_id": pl.Int64, **LEAF_SCHEMA}
@@ -128,7 +132,7 @@ def json_leaves(con: duckdb.DuckDBPyConnection, batch: pl.DataFrame, doc_sql: st
     """
     if batch.height == 0:
         return pl.DataFrame(schema=LEAF_SCHEMA)
-    top = _query(con, "batch", batch, _TOP_SQL.format(doc=doc_sql))
+    top = query_frame(con, "batch", batch, _TOP_SQL.format(doc=doc_sql))
     top = top.with_columns(pl.col("line_no").cast(pl.Int64), top_id=pl.col("id").cast(pl.Int64))
     flat = top.filter(pl.col("sub").is_null()).select(
         "line_no",
@@ -222,3 +226,30 @@ def add_counts(total: dict[str, int], more: dict[str, int]) -> None:
 def log_dropped(reader: str, rel_path: str, counts: dict[str, int]) -> None:
     if any(counts.values()):
         log.info("%s %s: values that are not metrics, not stored: %s", reader, rel_path, counts)
+
+
+def count_unseen(chunk: Chunk, batch: LineBatch) -> None:
+    """Physical lines a batch covers but does not hold (none when no filter is used): skipped."""
+    unseen = batch.n_lines - batch.lines.height
+    chunk.lines += unseen
+    chunk.rows_skipped += unseen
+
+
+ChunkFn = Callable[[duckdb.DuckDBPyConnection, pl.DataFrame], tuple[Chunk, dict[str, int]]]
+
+
+def read_jsonl(ctx: FileContext, reader: str, batch_lines: int, chunk: ChunkFn) -> Iterator[Chunk]:
+    """The read loop of the JSON-lines metric readers: batches of ``batch_lines`` lines, each
+    turned into a chunk by ``chunk(con, lines)`` on one DuckDB connection for the file, with
+    the values that are not metrics counted and logged once per file."""
+    con = connect()
+    dropped: dict[str, int] = {}
+    try:
+        for batch in iter_line_batches(ctx.path, batch_lines=batch_lines):
+            out, counts = chunk(con, batch.lines)
+            count_unseen(out, batch)
+            add_counts(dropped, counts)
+            yield out
+    finally:
+        con.close()
+    log_dropped(reader, ctx.rel_path, dropped)

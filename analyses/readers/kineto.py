@@ -306,7 +306,8 @@ def _select(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
     # (gpu_user_annotation), which must not count as a second window
     steps = x.filter(
         ~pl.col("has_stream") & ~pl.col("cat").str.starts_with("gpu_") & pl.col("name").str.contains(_STEP_RE)
-    ).select(step=pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int64), ts="ts", dur="dur")
+    ).select(step=pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int64, strict=False), ts="ts", dur="dur")
+    steps = steps.filter(pl.col("step").is_not_null())  # a step number past Int64: not a window
     gpu = x.filter((pl.col("stream") >= 0) & (pl.col("correlation") >= 0)).select(
         "ts", "dur", "correlation", "stream", "device", kind=kernel_kind(pl.col("name"))
     )

@@ -85,6 +85,17 @@ def iter_line_batches(
         yield LineBatch(pl.DataFrame(schema=LINE_SCHEMA), total - done)
 
 
+def line_frames(path: Path, batch_lines: int = DEFAULT_BATCH_LINES) -> Iterator[pl.DataFrame]:
+    """Every line of ``path`` as ``(line_no, line)`` frames of up to ``batch_lines`` rows, for
+    readers that account for each line themselves: :func:`iter_line_batches` unfiltered (so an
+    invalid UTF-8 byte is replaced, not fatal; gzip is streamed)."""
+    for batch in iter_line_batches(path, batch_lines):
+        if batch.n_lines != batch.lines.height:  # unfiltered batches hold every line they cover
+            raise UnreadableFile(f"{Path(path).name}: line count changed while reading")
+        if batch.lines.height:
+            yield batch.lines
+
+
 def count_lines(path: Path) -> int:
     """Number of lines as :func:`iter_line_batches` numbers them (``wc -l``, plus one for a final
     line without newline). For tests and accounting checks."""

@@ -56,15 +56,17 @@ from analyses.readers.flat_metrics import (
     LEAF_SCHEMA,
     NUMERIC_TEXT,
     add_counts,
-    connect,
+    count_unseen,
     dropped_counts,
     epoch_seconds_ts,
     integral_step,
     json_leaves,
     log_dropped,
     metric_rows,
+    query_frame,
+    read_jsonl,
 )
-from analyses.readers.lines import LineBatch, iter_line_batches
+from analyses.readers.lines import iter_line_batches
 
 STEP_COLUMNS: tuple[str, ...] = ("step", "_step", "global_step", "training/global_step")
 WANDB_INTERNAL = ("_step", "_runtime", "_timestamp")
@@ -220,28 +222,14 @@ class MetricsJsonlReader:
         return any(isinstance(flat[k], int | float) and not isinstance(flat[k], bool) for k in others)
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
-        con = connect()
-        dropped: dict[str, int] = {}
-        try:
-            for batch in iter_line_batches(ctx.path, batch_lines=self.batch_lines):
-                chunk, counts = self._chunk(con, batch.lines)
-                _count_unseen(chunk, batch)
-                add_counts(dropped, counts)
-                yield chunk
-        finally:
-            con.close()
-        log_dropped(self.name, ctx.rel_path, dropped)
+        return read_jsonl(ctx, self.name, self.batch_lines, self._chunk)
 
     def _chunk(self, con: duckdb.DuckDBPyConnection, batch: pl.DataFrame) -> tuple[Chunk, dict[str, int]]:
         blank = batch["line"].str.strip_chars() == ""
         body = batch.filter(~blank)
-        con.register("batch", body)
-        try:
-            kinds = con.sql(
-                "SELECT line_no, CASE WHEN json_valid(line) THEN json_type(line) END AS t FROM batch"
-            ).pl()
-        finally:
-            con.unregister("batch")
+        kinds = query_frame(
+            con, "batch", body, "SELECT line_no, CASE WHEN json_valid(line) THEN json_type(line) END AS t FROM batch"
+        )
         lines = batch.join(kinds, on="line_no", how="left", maintain_order="left").with_columns(
             reason=pl.when(blank)
             .then(pl.lit("blank"))
@@ -294,7 +282,7 @@ class MetricsCsvReader:
                 rows = rows.slice(1)
                 skipped_header = 1
             chunk, counts = self._chunk(rows, header or [])
-            _count_unseen(chunk, batch)
+            count_unseen(chunk, batch)
             chunk.lines += skipped_header
             chunk.rows_skipped += skipped_header
             add_counts(dropped, counts)
@@ -340,13 +328,6 @@ def _is_index_column(name: str) -> bool:
     """pandas' ``to_csv`` writes the frame index as a first column named "" (``Unnamed: 0`` once
     read and written again): a row number, not a metric."""
     return name == "" or re.fullmatch(r"Unnamed: \d+", name) is not None
-
-
-def _count_unseen(chunk: Chunk, batch: LineBatch) -> None:
-    """Physical lines a batch covers but does not hold (none when no filter is used): skipped."""
-    unseen = batch.n_lines - batch.lines.height
-    chunk.lines += unseen
-    chunk.rows_skipped += unseen
 
 
 def _unquote(cell: pl.Expr) -> pl.Expr:

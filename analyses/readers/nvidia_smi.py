@@ -37,6 +37,7 @@ from pathlib import Path
 import polars as pl
 
 from analyses.readers.base import Chunk, FileContext, accounted_chunk
+from analyses.readers.lines import line_frames
 from analyses.telemetry_units import (
     DMON_COLUMNS,
     NA_MARKERS,
@@ -45,7 +46,6 @@ from analyses.telemetry_units import (
     SeriesClock,
     factor_expr,
     file_host,
-    line_batches,
     manifest_timezone,
     parse_ts_text,
 )
@@ -86,6 +86,14 @@ NON_METRIC = {
     "pci.sub_device_id",
     "count",
 }
+_SAMPLE_SCHEMA = {
+    "gpu": pl.String,
+    "ts": pl.Datetime("us", "UTC"),
+    "metric": pl.String,
+    "value": pl.Float64,
+    "host": pl.String,
+    "source": pl.String,
+}
 # a number, optionally followed by a unit
 _NUM_UNIT = r"^([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S.*)?$"
 
@@ -119,7 +127,7 @@ class NvidiaSmiCsvReader:
         clock = SeriesClock(["gpu"])
         passes = _Passes()
         header: list[tuple[str, str]] | None = None
-        for batch in line_batches(ctx.path):
+        for batch in line_frames(ctx.path):
             chunk, header = _csv_chunk(batch, header, host, tz, clock, passes)
             yield chunk
 
@@ -225,22 +233,30 @@ def _csv_segment(
     d = d.with_columns(_reason=pl.coalesce(reasons), **cols)
     if gpu_col is None:
         d = d.with_columns(gpu=passes.number(d["ts"]))
+    return _segment_rows(d, metric_names, clock, host, SOURCE_CSV)
+
+
+def _segment_rows(
+    d: pl.DataFrame, metric_names: dict[str, str], clock: SeriesClock, host: str, source: str
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Shared tail of the CSV and dmon segments. ``d``: line_no, line, _reason, gpu, ts and one
+    value column per key of ``metric_names`` (-> metric name). Returns the long samples and the
+    rejects (line_no, line, reason): the lines with a ``_reason``, then those the clock rejects."""
     bad = d.filter(pl.col("_reason").is_not_null())
     good = d.filter(pl.col("_reason").is_null())
     good = good.with_columns(_reason=clock.check(_timed_rows(good, list(metric_names))))
     bad = pl.concat([bad, good.filter(pl.col("_reason").is_not_null())])
     good = good.filter(pl.col("_reason").is_null())
-    value_cols = list(metric_names)
-    if value_cols:
+    if metric_names:
         long = (
-            good.select("gpu", "ts", *value_cols)
+            good.select("gpu", "ts", *metric_names)
             .rename(metric_names)
             .unpivot(index=["gpu", "ts"], variable_name="metric", value_name="value")
             .filter(pl.col("value").is_not_null())
-            .with_columns(host=pl.lit(host), source=pl.lit(SOURCE_CSV))
+            .with_columns(host=pl.lit(host), source=pl.lit(source))
         )
-    else:
-        long = pl.DataFrame()
+    else:  # a header naming no metric column: typed, so it concatenates with other segments
+        long = pl.DataFrame(schema=_SAMPLE_SCHEMA)
     return long, bad.select("line_no", "line", pl.col("_reason").alias("reason"))
 
 
@@ -307,7 +323,7 @@ class NvidiaSmiDmonReader:
         host = file_host(ctx.rel_path)
         clock = SeriesClock(["gpu"])
         state: tuple[list[str] | None, list[str] | None] = (None, None)
-        for batch in line_batches(ctx.path):
+        for batch in line_frames(ctx.path):
             chunk, state = _dmon_chunk(batch, state, host, tz, clock)
             yield chunk
 
@@ -404,16 +420,4 @@ def _dmon_segment(
             cols[key] = pl.when(~na).then(num)  # unknown column: verbatim name, value as printed
             metric_names[key] = name
     d = rows.with_columns(_reason=pl.coalesce(reasons), **cols)
-    bad = d.filter(pl.col("_reason").is_not_null())
-    good = d.filter(pl.col("_reason").is_null())
-    good = good.with_columns(_reason=clock.check(_timed_rows(good, list(metric_names))))
-    bad = pl.concat([bad, good.filter(pl.col("_reason").is_not_null())])
-    good = good.filter(pl.col("_reason").is_null())
-    long = (
-        good.select("gpu", "ts", *metric_names)
-        .rename(metric_names)
-        .unpivot(index=["gpu", "ts"], variable_name="metric", value_name="value")
-        .filter(pl.col("value").is_not_null())
-        .with_columns(host=pl.lit(host), source=pl.lit(SOURCE_DMON))
-    )
-    return long, bad.select("line_no", "line", pl.col("_reason").alias("reason"))
+    return _segment_rows(d, metric_names, clock, host, SOURCE_DMON)

@@ -16,7 +16,8 @@ Three layouts (PolyTrace README and its replay reader):
 
 The file is one document, so a *record* is one step entry: ``source_files.lines`` counts step
 entries and a malformed entry (bad step key, wrong types, negative or over-limit lengths,
-mismatched per-turn lists) is rejected whole, with its reason. Lists become columns through
+mismatched per-turn lists) is rejected whole, with its reason; so is a repeated step key (the
+first entry wins; ``json.loads`` would silently keep only the last). Lists become columns through
 Polars' strict constructors; the only Python loop is over steps.
 """
 
@@ -142,16 +143,20 @@ class PolyTraceV1Reader:
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         try:
-            doc = json.loads(ctx.path.read_text(encoding="utf-8"))
+            items = _top_level_items(ctx.path.read_text(encoding="utf-8"))
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
             raise UnreadableFile(f"not a JSON document: {exc}") from exc
-        if not isinstance(doc, dict):
+        if items is None:
             raise UnreadableFile("top level is not an object keyed by step")
         limit = ctx.manifest.max_response_length
         parts: dict[str, list[pl.DataFrame]] = {"samples": [], "turns": []}
         bad: list[tuple[int, str, str]] = []
-        for ordinal, (key, entry) in enumerate(doc.items(), start=1):  # one iteration per step
+        seen: set[str] = set()
+        for ordinal, (key, entry) in enumerate(items, start=1):  # one iteration per step
             try:
+                if key in seen:
+                    raise BadStep(f"duplicate step key {key!r}: the first entry for it is kept")
+                seen.add(key)
                 if not re.fullmatch(r"\d+", key):
                     raise BadStep(f"step key {key!r} is not a non-negative integer")
                 if isinstance(entry, dict):
@@ -173,5 +178,44 @@ class PolyTraceV1Reader:
         if "turns" in tables:
             tables["turns"] = tables["turns"].drop("line_no")
         rejects = rejects_frame([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
-        yield Chunk(tables=tables, rejects=rejects, lines=len(doc), rows_ok=len(doc) - len(bad),
+        yield Chunk(tables=tables, rejects=rejects, lines=len(items), rows_ok=len(items) - len(bad),
                     rows_rejected=len(bad), rows_skipped=0)
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _top_level_items(text: str) -> list[tuple[str, object]] | None:
+    """``(key, value)`` of the document's top-level object in order, duplicate keys kept (where
+    ``json.loads`` would silently keep only the last); None when the top level is no object.
+    Each value is decoded by ``json``'s own scanner; raises ValueError on malformed JSON."""
+    dec = json.JSONDecoder()
+    ws = lambda at: _WS.match(text, at).end()  # noqa: E731
+    i = ws(0)
+    if text[i : i + 1] != "{":
+        dec.raw_decode(text, i)  # malformed JSON raises here; a valid non-object is None below
+        return None
+    items: list[tuple[str, object]] = []
+    i = ws(i + 1)
+    if text[i : i + 1] == "}":
+        i += 1
+    else:
+        while True:
+            if text[i : i + 1] != '"':
+                raise json.JSONDecodeError("expected a step key", text, i)
+            key, i = json.decoder.scanstring(text, i + 1)
+            i = ws(i)
+            if text[i : i + 1] != ":":
+                raise json.JSONDecodeError("expected ':'", text, i)
+            value, i = dec.raw_decode(text, ws(i + 1))
+            items.append((key, value))
+            i = ws(i)
+            sep, i = text[i : i + 1], i + 1
+            if sep == "}":
+                break
+            if sep != ",":
+                raise json.JSONDecodeError("expected ',' or '}'", text, i - 1)
+            i = ws(i)
+    if text[ws(i) :]:
+        raise json.JSONDecodeError("extra data after the document", text, ws(i))
+    return items

@@ -21,12 +21,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 
 from analyses.readers.base import Chunk, FileContext
-from analyses.readers.typed_jsonl import Decoded, Field, decode_jsonl, first_json_objects, step_from_name
+from analyses.readers.typed_jsonl import (
+    Decoded,
+    Field,
+    FileKeys,
+    decode_jsonl,
+    first_json_objects,
+    step_from_name,
+)
 
 RECORDED = "recorded"
 
@@ -58,8 +66,14 @@ def _first_reason(*exprs: pl.Expr | None) -> pl.Expr:
     return pl.coalesce(live) if live else pl.lit(None, dtype=pl.String)
 
 
-def _duplicate(keys: list[str], what: str) -> pl.Expr:
-    return pl.when(~pl.struct(keys).is_first_distinct()).then(pl.lit(f"duplicate record for {what}"))
+def _with_first(dec: Decoded, keys: FileKeys) -> Decoded:
+    """``dec`` with ``_first``: the line its key first appeared on in the file (all batches)."""
+    return replace(dec, ok=dec.ok.with_columns(_first=keys.first_line(dec.ok)))
+
+
+def _duplicate(what: str) -> pl.Expr:
+    """A repeat of an earlier record's key in the file (needs ``_first``, see _with_first)."""
+    return pl.when(pl.col("_first") != pl.col("line_no")).then(pl.lit(f"duplicate record for {what}"))
 
 
 def _val_prefix() -> pl.Expr:
@@ -106,7 +120,10 @@ class PackedLengthsReader:
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         file_step = step_from_name(ctx.path, PACKED_NAME)
         limit = ctx.manifest.max_response_length
+        # the sample id's identity: tensor-parallel peers logging the same prompt are duplicates
+        keys = FileKeys(pl.col("validate"), _who(), pl.col("local_index"))
         for dec in decode_jsonl(ctx.path, PACKED_FIELDS):
+            dec = _with_first(dec, keys)
             over = None
             if limit is not None:
                 over = pl.when(pl.col("output").list.max() > limit).then(
@@ -116,9 +133,7 @@ class PackedLengthsReader:
                 _step_check(file_step),
                 pl.when(pl.col("output").list.len() == 0).then(pl.lit("empty output list")),
                 over,
-                # the sample id's identity: tensor-parallel peers logging the same prompt are duplicates
-                pl.when(~pl.struct(pl.col("validate"), _who(), pl.col("local_index")).is_first_distinct())
-                .then(pl.lit("duplicate record for this dp_rank and local_index")),
+                _duplicate("this dp_rank and local_index"),
             ))
             yield dec.chunk({"samples": self._samples(dec, ctx, limit)})
 
@@ -170,14 +185,16 @@ class RewardTimingsReader:
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         file_step = step_from_name(ctx.path, REWARD_NAME)
         limit = ctx.manifest.max_response_length
+        keys = FileKeys(pl.col("validate"), pl.col("rank"))
         for dec in decode_jsonl(ctx.path, REWARD_FIELDS):
+            dec = _with_first(dec, keys)
             over = None
             if limit is not None:
                 over = pl.when(pl.col("response_max") > limit).then(
                     pl.format("response_max {} exceeds max_response_length {}", pl.col("response_max"), pl.lit(limit))
                 )
             dec = dec.reject_where(_first_reason(
-                _step_check(file_step), over, _duplicate(["validate", "rank"], "this rank")
+                _step_check(file_step), over, _duplicate("this rank")
             ))
             rows = dec.ok.select(
                 "step", "rank", "dp_rank",
@@ -237,7 +254,9 @@ class MultiturnWorkloadReader:
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         file_step = step_from_name(ctx.path, MULTITURN_NAME)
         run_limit = ctx.manifest.max_response_length
+        keys = FileKeys(pl.col("validate"), pl.col("prompt_group_id"), pl.col("sample_index"))
         for dec in decode_jsonl(ctx.path, MULTITURN_FIELDS):
+            dec = _with_first(dec, keys)
             # the record's own limit is the engine's; the run.toml one applies when it has none
             limit = pl.coalesce(pl.col("max_response_len"), pl.lit(run_limit, dtype=pl.Int64))
             dec = dec.reject_where(_first_reason(
@@ -245,7 +264,7 @@ class MultiturnWorkloadReader:
                 pl.when(pl.col("final_response_len") > limit).then(
                     pl.format("final_response_len {} exceeds max response length {}", pl.col("final_response_len"), limit)
                 ),
-                _duplicate(["validate", "prompt_group_id", "sample_index"], "this prompt_group_id and sample_id"),
+                _duplicate("this prompt_group_id and sample_id"),
             ))
             base = dec.ok.with_columns(
                 sample_id=pl.concat_str([
@@ -328,7 +347,9 @@ class DapoFilterReader:
                       lambda o: "kept_prompt_count" in o or ("trainer_step" in o and "gen_batch_index" in o))
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        keys = FileKeys(pl.col("trainer_step"), pl.col("gen_batch_index"))
         for dec in decode_jsonl(ctx.path, DAPO_FIELDS):
+            dec = _with_first(dec, keys)
             kept, used, gen = pl.col("kept_prompt_count"), pl.col("used_prompt_count"), pl.col("prompt_count")
             dec = dec.reject_where(_first_reason(
                 pl.when(kept > gen).then(pl.format("kept_prompt_count {} exceeds prompt_count {}", kept, gen)),
@@ -339,7 +360,7 @@ class DapoFilterReader:
                 pl.when(pl.col("used_prompt_indices").list.len() != used).then(
                     pl.format("used_prompt_indices has {} entries, used_prompt_count says {}",
                               pl.col("used_prompt_indices").list.len(), used)),
-                _duplicate(["trainer_step", "gen_batch_index"], "this trainer_step and gen_batch_index"),
+                _duplicate("this trainer_step and gen_batch_index"),
             ))
             n = pl.col("n_sampling")
             rows = dec.ok.select(

@@ -6,7 +6,8 @@ Text format rules:
   counter`` marks ``x`` as a counter for reset repair). Any number of scrapes may be
   concatenated; each sample line stands alone.
 * A sample line is ``name{labels} value [timestamp_ms]``. A line that starts like one (a metric
-  name then ``{``, or ``DCGM_``) but does not parse - a scrape cut mid-line - is rejected.
+  name then ``{``, or ``DCGM_``) but does not parse - a scrape cut mid-line - is rejected, and so
+  is a sample whose timestamp no epoch can be (``timestamp out of range``).
 * Markdown or console captures that embed a scrape (vendor docs, ``kubectl logs`` output) are
   read too: any other line (prose, code fences, shell commands) is skipped as non-metric text.
   The sniffer only accepts a file holding a ``DCGM_FI_*`` sample line or a ``# TYPE`` line.
@@ -27,7 +28,9 @@ Text format rules:
 
 JSON (``{"status":"success","data":{"resultType":"matrix","result":[...]}}``): each series'
 ``metric`` labels are read as above (``__name__`` is the metric); every ``[ts, "v"]`` pair is a
-sample with ts in seconds. The document is one record per sample for the line accounting.
+sample with ts in seconds. The document is one record per sample for the line accounting: an
+entry that is not such a pair (``null``, ``[ts]``) is a rejected record, and so is a whole series
+that is not ``{"metric": {...}, "values": [...]}``; ``data.result`` not being a list fails the file.
 """
 
 from __future__ import annotations
@@ -39,7 +42,15 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, accounted_chunk, rejects_frame
+from analyses.readers.base import (
+    Chunk,
+    FileContext,
+    UnreadableFile,
+    accounted_chunk,
+    epoch_in_range,
+    rejects_frame,
+)
+from analyses.readers.lines import line_frames
 from analyses.telemetry_units import (
     COUNTERS,
     DCGM_FIELDS,
@@ -48,7 +59,6 @@ from analyses.telemetry_units import (
     epoch_to_ts,
     factor_expr,
     file_host,
-    line_batches,
 )
 
 SOURCE_TEXT = "prometheus_text"
@@ -77,7 +87,7 @@ class PrometheusTextReader:
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         host = file_host(ctx.rel_path)
         norm = _Normalizer(host, SOURCE_TEXT)
-        for batch in line_batches(ctx.path):
+        for batch in line_frames(ctx.path):
             yield self._chunk(batch, norm)
 
     def _chunk(self, batch: pl.DataFrame, norm: _Normalizer) -> Chunk:
@@ -99,23 +109,25 @@ class PrometheusTextReader:
         ):
             if kind == "counter":
                 norm.counters.add(name)
-        bad = b.filter(~pl.col("_is_sample") & pl.col("_candidate"))
-        s = b.filter("_is_sample")
+        # a timestamp (ms) no epoch can be would overflow the conversion: the line is rejected
+        ts_us = epoch_in_range(pl.col("_ts").cast(pl.Float64, strict=False) * 1000)  # ms -> us
+        bad_ts = pl.col("_is_sample") & pl.col("_ts").is_not_null() & ts_us.is_null()
+        bad = b.filter((~pl.col("_is_sample") & pl.col("_candidate")) | bad_ts).with_columns(
+            reason=pl.when(bad_ts)
+            .then(pl.format("timestamp out of range: {}", pl.col("_ts").str.slice(0, 40)))
+            .otherwise(pl.lit("malformed sample line (scrape cut mid-line?)"))
+        )
+        s = b.filter(pl.col("_is_sample") & ~bad_ts)
         s = s.select(
             "line_no",
             "line",
             "name",
             *[_label(pl.col("labels"), lab).alias(lab) for lab in LABELS],
             value=pl.col("_v").str.replace(r"^\+", "").cast(pl.Float64, strict=False),
-            ts=epoch_to_ts(pl.col("_ts").cast(pl.Int64, strict=False) * 1000),  # ms -> us
+            ts=epoch_to_ts(ts_us),
         )
         out, rej, n_skipped = norm.normalize(s)
-        rej = pl.concat(
-            [
-                bad.select("line_no", "line", reason=pl.lit("malformed sample line (scrape cut mid-line?)")),
-                rej,
-            ]
-        )
+        rej = pl.concat([bad.select("line_no", "line", "reason"), rej])
         n_skip = batch.height - s.height - bad.height + n_skipped
         return accounted_chunk(batch.height, "gpu_samples", out, rej, n_skip)
 
@@ -196,6 +208,17 @@ class _Normalizer:
         return out, rej, n_skipped
 
 
+def _pair_columns(pairs: list) -> tuple[pl.Series, pl.Series]:
+    """(ts seconds, value text) of ``[[ts, "v"], ...]``; null where an entry is not a pair.
+
+    Two list comprehensions over the already-decoded pairs: measured ~50x faster than letting
+    Polars convert the nested lists (``pl.Series(pairs, dtype=List(String), strict=False)``)."""
+    is_pair = [isinstance(p, list) and len(p) == 2 for p in pairs]
+    ts = [p[0] if ok else None for p, ok in zip(pairs, is_pair, strict=True)]
+    raw = [str(p[1]) if ok else None for p, ok in zip(pairs, is_pair, strict=True)]
+    return pl.Series("_t", ts, dtype=pl.Float64, strict=False), pl.Series("_raw", raw, dtype=pl.String)
+
+
 class PrometheusRangeJsonReader:
     name = SOURCE_JSON
 
@@ -221,22 +244,24 @@ class PrometheusRangeJsonReader:
                 f"Prometheus answer is not a success: status={doc.get('status') if isinstance(doc, dict) else None!r}"
             )
         result = doc["data"].get("result") or []
+        if not isinstance(result, list):
+            raise UnreadableFile("Prometheus answer: data.result is not a list of series")
         frames = []
         # one frame per series (not per sample): the values arrays are converted column-wise
         for series in result:
-            labels = series.get("metric") or {}
-            pairs = series.get("values") if "values" in series else [series.get("value")]
-            pairs = [p for p in pairs if p is not None]
+            labels = series.get("metric") if isinstance(series, dict) else None
+            pairs = None
+            if isinstance(series, dict) and isinstance(labels or {}, dict):
+                labels = labels or {}
+                pairs = series.get("values") if "values" in series else [series.get("value")]
+            if not isinstance(pairs, list):
+                # a series that is not {"metric": {...}, "values": [...]}: one rejected record
+                pairs, labels = [None], {"__name__": "", "malformed_series": json.dumps(series)[:200]}
             if not pairs:
                 continue
-            ts_col = [p[0] if isinstance(p, list) and len(p) == 2 else None for p in pairs]
-            v_col = [str(p[1]) if isinstance(p, list) and len(p) == 2 else None for p in pairs]
-            f = pl.DataFrame(
-                {
-                    "_t": pl.Series(ts_col, dtype=pl.Float64, strict=False),
-                    "_raw": pl.Series(v_col, dtype=pl.String),
-                }
-            )
+            # a null or malformed entry stays a record (rejected below), never silently dropped
+            ts_col, v_col = _pair_columns(pairs)
+            f = pl.DataFrame({"_t": ts_col, "_raw": v_col})
             f = f.with_columns(
                 name=pl.lit(str(labels.get("__name__", ""))),
                 **{
@@ -256,8 +281,10 @@ class PrometheusRangeJsonReader:
         )
         s = s.with_columns(
             value=pl.col("_raw").str.replace(r"^\+", "").cast(pl.Float64, strict=False),
-            ts=epoch_to_ts(pl.col("_t")),
-            line=pl.format("{} [{}, {}]", pl.col("_series"), pl.col("_t"), pl.col("_raw")),
+            ts=epoch_to_ts(epoch_in_range(pl.col("_t"))),
+            line=pl.format(
+                "{} [{}, {}]", pl.col("_series"), pl.col("_t").cast(pl.String).fill_null("?"), pl.col("_raw").fill_null("?")
+            ),
         )
         bad = s.filter(
             (pl.col("value").is_null() & ~pl.col("_raw").is_in(["NaN", "nan"]))

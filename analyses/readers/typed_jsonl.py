@@ -3,7 +3,7 @@
 Why not ``pl.read_ndjson`` or ``str.json_decode``: both fail the whole file on one bad line and
 silently coerce types (``2.5`` into an Int64 column becomes ``2``, ``true`` becomes ``1``). A line
 must instead be rejected with the reason it is bad. So lines are read with Polars
-(``scan_lines`` keeps the 1-based line number) and handed, as one Arrow frame per batch, to DuckDB,
+(:mod:`analyses.readers.lines`, 1-based line numbers) and handed, as one Arrow frame per batch, to DuckDB,
 whose JSON functions check each line's validity and each field's JSON type exactly
 (``json_valid``/``json_type``) before extracting typed values. Everything stays columnar: no
 Python loop over lines.
@@ -21,9 +21,10 @@ import duckdb
 import polars as pl
 
 from analyses.readers.base import Chunk, rejects_frame
+from analyses.readers.lines import iter_line_batches
 
-# One batch of lines is decoded at a time; step files are far smaller, so a step is one batch and
-# per-file checks (duplicates) see the whole step.
+# One batch of lines is decoded at a time; checks that must see the whole file (duplicates, the
+# first line of a prompt group) carry their state across batches in a FileKeys.
 BATCH_LINES = 50_000
 
 _INT_TYPES = ("UBIGINT", "BIGINT", "HUGEINT")  # HUGEINT: DuckDB's merge of signed and unsigned
@@ -209,12 +210,36 @@ def decode_frame(lines: pl.DataFrame, fields: Sequence[Field], sql: str | None =
 
 
 def decode_jsonl(path: Path, fields: Sequence[Field], batch_lines: int = BATCH_LINES) -> Iterator[Decoded]:
-    """Stream ``path`` as batches of decoded lines (one batch for any ordinary step file)."""
+    """Stream ``path`` as batches of decoded lines (one batch for any ordinary step file).
+
+    Lines come from :func:`analyses.readers.lines.iter_line_batches`: plain or gzip, and an
+    invalid UTF-8 byte is replaced (U+FFFD) rather than failing the whole file.
+    """
     sql = build_sql(fields)
-    lf = pl.scan_lines(path, name="line", row_index_name="line_no", row_index_offset=1, glob=False)
-    for batch in lf.collect_batches(chunk_size=batch_lines):
-        if batch.height:
-            yield decode_frame(batch, fields, sql)
+    for batch in iter_line_batches(path, batch_lines=batch_lines):
+        if batch.lines.height:  # unfiltered: the batch holds every line it covers
+            yield decode_frame(batch.lines, fields, sql)
+
+
+class FileKeys:
+    """The line on which each value of a key first appeared in a file, across the batches of
+    :func:`decode_jsonl` (a step file longer than ``BATCH_LINES`` still gets its duplicates
+    found and its groups numbered as a whole). Holds each distinct key once; nulls are a value."""
+
+    def __init__(self, *keys: pl.Expr) -> None:
+        self.keys = keys  # expressions over a decoded frame, each with a distinct output name
+        self.first: pl.DataFrame | None = None  # key columns + _first
+
+    def first_line(self, df: pl.DataFrame) -> pl.Series:
+        """Per row of ``df`` (in order), the ``line_no`` its key first appeared on in this file
+        (this batch included; ``!= line_no`` means a repeat); remembers the batch's keys."""
+        k = df.select(*self.keys, pl.col("line_no"))
+        names = k.columns[:-1]
+        seen = k.group_by(names, maintain_order=True).agg(_first=pl.col("line_no").min())
+        if self.first is not None:
+            seen = pl.concat([self.first, seen]).group_by(names, maintain_order=True).agg(pl.col("_first").min())
+        self.first = seen
+        return k.join(seen, on=names, how="left", nulls_equal=True, maintain_order="left")["_first"]
 
 
 def step_from_name(path: Path, pattern: str) -> int | None:

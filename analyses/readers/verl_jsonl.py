@@ -36,15 +36,13 @@ import polars as pl
 
 from analyses.readers.base import Chunk, FileContext, rejects_frame
 from analyses.readers.flat_metrics import (
-    add_counts,
-    connect,
     dropped_counts,
     integral_step,
     json_leaves,
-    log_dropped,
     metric_rows,
+    query_frame,
+    read_jsonl,
 )
-from analyses.readers.lines import iter_line_batches
 
 # first non-blank line: {"step": <number>, "data": {
 _SNIFF = re.compile(r'\A\s*\{\s*"step"\s*:\s*-?\d+(?:\.\d+)?\s*,\s*"data"\s*:\s*\{')
@@ -70,27 +68,12 @@ class VerlFileLoggerReader:
         return _SNIFF.match(head) is not None
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
-        con = connect()
-        dropped: dict[str, int] = {}
-        try:
-            for batch in iter_line_batches(ctx.path, batch_lines=self.batch_lines):
-                chunk, counts = self._chunk(con, batch.lines)
-                chunk.lines += batch.n_lines - batch.lines.height  # none without a filter
-                chunk.rows_skipped += batch.n_lines - batch.lines.height
-                add_counts(dropped, counts)
-                yield chunk
-        finally:
-            con.close()
-        log_dropped(self.name, ctx.rel_path, dropped)
+        return read_jsonl(ctx, self.name, self.batch_lines, self._chunk)
 
     def _chunk(self, con: duckdb.DuckDBPyConnection, batch: pl.DataFrame) -> tuple[Chunk, dict[str, int]]:
         blank = batch["line"].str.strip_chars() == ""
         body = batch.filter(~blank)
-        con.register("batch", body)
-        try:
-            checked = con.sql(_CHECK_SQL).pl()
-        finally:
-            con.unregister("batch")
+        checked = query_frame(con, "batch", body, _CHECK_SQL)
         step, step_reason = integral_step(pl.col("step_s"))
         checked = checked.with_columns(
             step=step,

@@ -30,7 +30,7 @@ import polars as pl
 
 from analyses.readers.base import Chunk, FileContext
 from analyses.readers.tokens import TOKENIZER_SOURCE, count_tokens
-from analyses.readers.typed_jsonl import Field, decode_jsonl, first_json_objects, step_from_name
+from analyses.readers.typed_jsonl import Field, FileKeys, decode_jsonl, first_json_objects, step_from_name
 
 STEP_NAME = r"^(\d+)\.jsonl$"
 FIELDS = (
@@ -66,13 +66,17 @@ class VerlRolloutDumpReader:
         file_step = step_from_name(ctx.path, STEP_NAME)
         limit = ctx.manifest.max_response_length
         tok = ctx.manifest.tokenizer_path()
+        # whole-file state: a repeated request_id, and the first line of each prompt (its group)
+        ids, prompts = FileKeys(pl.col("request_id")), FileKeys(pl.col("input"))
         for dec in decode_jsonl(ctx.path, FIELDS):
-            reasons = [pl.when(~pl.struct("request_id").is_first_distinct() & pl.col("request_id").is_not_null())
+            dec = replace(dec, ok=dec.ok.with_columns(_first_id=ids.first_line(dec.ok)))
+            reasons = [pl.when((pl.col("_first_id") != pl.col("line_no")) & pl.col("request_id").is_not_null())
                        .then(pl.lit("duplicate request_id"))]
             if file_step is not None:
                 reasons.insert(0, pl.when(pl.col("step") != file_step).then(
                     pl.format("step {} contradicts the file name (step {})", pl.col("step"), pl.lit(file_step))))
             dec = dec.reject_where(pl.coalesce(reasons))
+            dec = replace(dec, ok=dec.ok.with_columns(_group_line=prompts.first_line(dec.ok)))
             counted, source = count_tokens(dec.ok, {"prompt_tokens": "input", "response_tokens": "output"}, tok)
             dec = replace(dec, ok=counted)
             exact = source == TOKENIZER_SOURCE
@@ -89,8 +93,9 @@ class VerlRolloutDumpReader:
         return df.select(
             "step", "line_no", "prompt_tokens", "response_tokens",
             sample_id=pl.coalesce(pl.col("request_id"), pl.format("L{}", pl.col("line_no"))),
-            # samples of one prompt share its text; the first line holding it names the group
-            group_id=pl.format("g{}", pl.col("line_no").min().over("input")),
+            # samples of one prompt share its text; the first line holding it in the file names
+            # the group (FileKeys: a group split by a batch boundary stays one group)
+            group_id=pl.format("g{}", pl.col("_group_line")),
             task=pl.lit(ctx.manifest.task, dtype=pl.String),
             reward=pl.col("score"),
             n_turns=(pl.col("output").str.count_matches(NEXT_TURN) + 1).cast(pl.Int64),

@@ -26,6 +26,8 @@ What is read (line accounting unit = one logical record):
   (``run-<id>``), not the machine's.
 * A record with a bad checksum or an undecodable payload is rejected; a record cut by the end
   of the file (a run still writing, or a truncated copy) is one rejected line ``truncated_record``.
+  So is a multi-block record whose LAST piece never comes (another record starts first), and a
+  history record without an integral ``_step`` (its metrics would have no step to land on).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, rejects_frame
+from analyses.readers.base import Chunk, FileContext, UnreadableFile, epoch_in_range, rejects_frame
 from analyses.steps import canonical_metric, is_validation_metric
 from analyses.telemetry_units import epoch_to_ts
 
@@ -117,6 +119,10 @@ def iter_records(path: Path) -> Iterator[tuple[int, bytes | None, str | None]]:
                     pending = None
                     yield n, None, f"bad_checksum: record type {rtype} at byte {pos - length - REC_HEADER}"
                     continue
+                if rtype in (FULL, FIRST) and pending is not None:  # the open record never got its LAST
+                    n += 1
+                    pending = None
+                    yield n, None, "corrupt_record: multi-block record without its LAST piece"
                 if rtype == FULL:
                     n += 1
                     yield n, data, None
@@ -190,14 +196,25 @@ def _decode(pb: Any, n: int, payload: bytes, b: _Batch) -> None:
         b.skipped += 1
 
 
-def _history_frames(b: _Batch) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _history_frames(b: _Batch) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(step_metrics rows, steps attribute rows, records rejected for want of a usable step:
+    ``line_no, reason``)."""
     h = pl.DataFrame(
         {"line_no": b.h_rec, "raw_metric": b.h_key, "value": pl.Series(b.h_val, dtype=pl.String)},
         schema={"line_no": pl.Int64, "raw_metric": pl.String, "value": pl.String},
     ).with_columns(value=pl.col("value").str.strip_chars().cast(pl.Float64, strict=False))
-    per_row = h.group_by("line_no").agg(
-        step=pl.col("value").filter(pl.col("raw_metric") == "_step").first().cast(pl.Int64),
+    per_row = h.group_by("line_no", maintain_order=True).agg(
+        _s=pl.col("value").filter(pl.col("raw_metric") == "_step").first(),
         ts=pl.col("value").filter(pl.col("raw_metric") == "_timestamp").first(),
+    )
+    # an integral, non-negative _step only (a plain cast would turn 2.5 into step 2)
+    usable = pl.col("_s").is_finite() & (pl.col("_s") >= 0) & (pl.col("_s") == pl.col("_s").floor())
+    per_row = per_row.with_columns(step=pl.when(usable).then(pl.col("_s")).cast(pl.Int64, strict=False))
+    bad = per_row.filter(pl.col("step").is_null()).select(
+        "line_no",
+        reason=pl.when(pl.col("_s").is_null())
+        .then(pl.lit("history record without a numeric _step"))
+        .otherwise(pl.format("history record with a _step that is not a non-negative integer: {}", pl.col("_s"))),
     )
     sm = (
         h.join(per_row, on="line_no", how="left")
@@ -210,10 +227,10 @@ def _history_frames(b: _Batch) -> tuple[pl.DataFrame, pl.DataFrame]:
         .with_columns(is_validation=is_validation_metric(pl.col("metric")))
         .select("step", "metric", "value", "raw_metric", "is_validation", "line_no")
     )
-    steps = per_row.filter(pl.col("step").is_not_null() & pl.col("ts").is_not_null()).select(
-        "step", ts=epoch_to_ts(pl.col("ts"))
+    steps = per_row.filter(pl.col("step").is_not_null() & epoch_in_range(pl.col("ts")).is_not_null()).select(
+        "step", ts=epoch_to_ts(epoch_in_range(pl.col("ts")))
     )
-    return sm, steps
+    return sm, steps, bad
 
 
 def _stats_frame(b: _Batch, host: str) -> pl.DataFrame:
@@ -239,7 +256,7 @@ def _stats_frame(b: _Batch, host: str) -> pl.DataFrame:
         .select(
             host=pl.lit(host),
             gpu="gpu",
-            ts=epoch_to_ts(pl.col("ts")),
+            ts=epoch_to_ts(epoch_in_range(pl.col("ts"))),
             metric=pl.coalesce("metric", "field"),
             value=pl.col("value") * pl.col("factor").fill_null(1.0),
             source=pl.lit("wandb_offline"),
@@ -274,10 +291,13 @@ class WandbOfflineReader:
     def _chunk(self, b: _Batch, host: str) -> Chunk:
         tables: dict[str, pl.DataFrame] = {}
         if b.h_rec:
-            sm, steps = _history_frames(b)
+            sm, steps, no_step = _history_frames(b)
             tables["step_metrics"] = sm
             if steps.height:
                 tables["steps"] = steps
+            # decoded fine, so counted ok by _decode; without a step its values cannot land
+            b.ok -= no_step.height
+            b.rej.extend((n, reason, "") for n, reason in no_step.iter_rows())
         if b.s_rec:
             tables["gpu_samples"] = _stats_frame(b, host)
         rej = (

@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 
 from analyses.readers.base import Chunk, FileContext, UnreadableFile, accounted_chunk
-from analyses.telemetry_units import line_batches
+from analyses.readers.lines import line_frames
 
 SOURCE = "worker_times"
 _STEP = ("time", "iteration", "iter", "step")
@@ -55,7 +55,7 @@ class WorkerTimesReader:
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         lay: dict[str, int] | None = None
         seen = pl.DataFrame(schema={"step": pl.Int64, "rank": pl.Int64})
-        for batch in line_batches(ctx.path):
+        for batch in line_frames(ctx.path):
             body, skipped = batch, 0
             if lay is None:
                 lay = layout(batch["line"][0])

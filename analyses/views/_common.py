@@ -25,3 +25,15 @@ def disc_quantiles(col: str, qs: tuple[tuple[str, float], ...] = TAIL_QS) -> str
 def ratio(num: str, den: str) -> str:
     """num/den as DOUBLE, NULL when den is 0 or NULL (never inf)."""
     return f"CAST({num} AS DOUBLE) / NULLIF(CAST({den} AS DOUBLE), 0)"
+
+
+def training_rows(table: str) -> str:
+    """``table`` (turns or tool_calls) without the rows of validation samples, as a subquery.
+
+    Those tables carry no ``validate`` flag of their own: a row belongs to validation when the
+    sample it is keyed to (run_id, step, sample_id) is a ``validate`` sample.
+    """
+    return (
+        f"(SELECT x.* FROM {table} x ANTI JOIN (SELECT run_id, step, sample_id FROM samples WHERE validate) v "
+        "USING (run_id, step, sample_id))"
+    )

@@ -13,12 +13,14 @@ UTIL_METRIC = "gpu_util_pct"
 IDLE_UTIL_PCT = 5.0
 TIMELINE_POINTS = 300
 
+# the utilization samples both views read
+_UTIL = f"SELECT run_id, coalesce(host, '') AS host, gpu, ts, value FROM gpu_samples WHERE metric = '{UTIL_METRIC}' AND value IS NOT NULL"
+
 register_view(
     "gpu_utilization",
     f"""
 WITH u AS (
-    SELECT run_id, coalesce(host, '') AS host, gpu, ts, value FROM gpu_samples
-    WHERE metric = '{UTIL_METRIC}' AND value IS NOT NULL
+    {_UTIL}
 ), tagged AS (
     SELECT run_id, 'run' AS scope, CAST(NULL AS BIGINT) AS step, host, gpu, value FROM u
     UNION ALL
@@ -46,8 +48,7 @@ register_view(
     "gpu_timeline",
     f"""
 WITH u AS (
-    SELECT run_id, coalesce(host, '') AS host, gpu, ts, value FROM gpu_samples
-    WHERE metric = '{UTIL_METRIC}' AND value IS NOT NULL
+    {_UTIL}
 ), span AS (
     SELECT run_id, min(ts) AS t0,
            greatest(1.0, (epoch(max(ts)) - epoch(min(ts))) / {TIMELINE_POINTS}) AS bucket_s

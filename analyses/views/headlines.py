@@ -19,10 +19,10 @@ HEADLINE_SQL: dict[str, str] = {
                round(max_over_min, 2) AS max_over_min, n_outliers, outlier_steps
         FROM step_variance ORDER BY run_id, metric""",
     "stage_breakdown": """
-        SELECT run_id, count(*) AS steps, round(sum(rollout_s) / sum(rollout_s + inference_s + training_s + other_s), 3) AS rollout_share,
-               round(sum(inference_s) / sum(rollout_s + inference_s + training_s + other_s), 3) AS inference_share,
-               round(sum(training_s) / sum(rollout_s + inference_s + training_s + other_s), 3) AS training_share,
-               round(sum(other_s) / sum(rollout_s + inference_s + training_s + other_s), 3) AS other_share
+        SELECT run_id, count(*) AS steps, round(sum(rollout_s) / nullif(sum(rollout_s + inference_s + training_s + other_s), 0), 3) AS rollout_share,
+               round(sum(inference_s) / nullif(sum(rollout_s + inference_s + training_s + other_s), 0), 3) AS inference_share,
+               round(sum(training_s) / nullif(sum(rollout_s + inference_s + training_s + other_s), 0), 3) AS training_share,
+               round(sum(other_s) / nullif(sum(rollout_s + inference_s + training_s + other_s), 0), 3) AS other_share
         FROM stage_breakdown GROUP BY run_id ORDER BY run_id""",
     "rank_imbalance": """
         SELECT run_id, phase, quantity, count(*) AS steps, round(median(max_over_mean), 3) AS median_max_over_mean,
@@ -60,14 +60,19 @@ def headline_frame(con: duckdb.DuckDBPyConnection, group: str, runs: Iterable[st
     return con.sql(sql + " WHERE run_id IN (SELECT unnest($1))", params=[list(runs)]).pl()
 
 
-def _cell(v: object) -> str:
+def format_value(v: object, max_items: int = 20) -> str:
+    """One table cell as text: NULL empty, floats to 4 significant digits, lists cut at ``max_items``."""
     if v is None:
         return ""
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, list):
-        return ", ".join(str(x) for x in v[:20]) + (" …" if len(v) > 20 else "")
-    return str(v).replace("|", "\\|")
+        return ", ".join(str(x) for x in v[:max_items]) + (" …" if len(v) > max_items else "")
+    return str(v)
+
+
+def _cell(v: object) -> str:
+    return format_value(v).replace("|", "\\|")
 
 
 def to_markdown(df: pl.DataFrame, max_rows: int = 40) -> str:

@@ -8,18 +8,22 @@ number of ``turns`` rows; its tool-call count is ``n_tool_calls``, else its ``to
 from __future__ import annotations
 
 from analyses.catalog import register_view
-from analyses.views._common import ratio
+from analyses.views._common import ratio, training_rows
+
+# turns and tool calls of validation samples are not part of the training workload
+_turns = training_rows("turns")
+_calls = training_rows("tool_calls")
 
 register_view(
     "trajectories",
-    """
+    f"""
 WITH t AS (
     SELECT run_id, step, sample_id, count(*) AS turn_rows, CAST(sum(prompt_tokens) AS BIGINT) AS prompt_tokens,
            CAST(sum(cached_tokens) AS BIGINT) AS cached_tokens, CAST(sum(completion_tokens) AS BIGINT) AS completion_tokens,
            sum(engine_latency_s) AS engine_latency_s
-    FROM turns GROUP BY ALL
+    FROM {_turns} GROUP BY ALL
 ), c AS (
-    SELECT run_id, step, sample_id, count(*) AS call_rows FROM tool_calls GROUP BY ALL
+    SELECT run_id, step, sample_id, count(*) AS call_rows FROM {_calls} GROUP BY ALL
 ), s AS (
     SELECT run_id, step, sample_id, n_turns, n_tool_calls FROM samples
     WHERE NOT coalesce(validate, false) AND (n_turns IS NOT NULL OR n_tool_calls IS NOT NULL)
@@ -45,8 +49,8 @@ SELECT run_id, count(*) AS trajectories, avg(n_turns) AS turns_mean,
        avg(n_tool_calls) AS tool_calls_mean, quantile_disc(n_tool_calls, 0.9) AS tool_calls_p90,
        max(n_tool_calls) AS tool_calls_max,
        {ratio("sum(cached_tokens)", "sum(prompt_tokens)")} AS prefix_cache_share,
-       (SELECT quantile_disc(engine_latency_s, 0.5) FROM turns u WHERE u.run_id = tr.run_id) AS turn_latency_p50_s,
-       (SELECT quantile_disc(engine_latency_s, 0.99) FROM turns u WHERE u.run_id = tr.run_id) AS turn_latency_p99_s
+       (SELECT quantile_disc(engine_latency_s, 0.5) FROM {_turns} u WHERE u.run_id = tr.run_id) AS turn_latency_p50_s,
+       (SELECT quantile_disc(engine_latency_s, 0.99) FROM {_turns} u WHERE u.run_id = tr.run_id) AS turn_latency_p99_s
 FROM trajectories tr GROUP BY run_id
 """,
     "Per run: trajectories, turns per trajectory (mean, p50, p90, max), tool calls per trajectory (mean, p90, "
@@ -78,7 +82,7 @@ SELECT run_id, turn, count(*) AS n, avg(prompt_tokens) AS prompt_tokens_mean,
        quantile_disc(engine_latency_s, 0.5) AS engine_latency_p50_s,
        quantile_disc(engine_latency_s, 0.9) AS engine_latency_p90_s,
        quantile_disc(engine_latency_s, 0.99) AS engine_latency_p99_s
-FROM turns GROUP BY run_id, turn
+FROM {_turns} GROUP BY run_id, turn
 """,
     "Per run x turn index: n, mean prompt tokens, prefix_cache_share, mean completion tokens, "
     "engine latency mean/p50/p90/p99 (s).",

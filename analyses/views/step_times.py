@@ -45,7 +45,8 @@ SELECT run_id, metric, count(*) AS n_steps, avg(value) AS mean, stddev_samp(valu
 FROM step_series GROUP BY run_id, metric
 """,
     "Per run x metric (throughput_tokens_per_s, step_time_s, gen_time_s): n_steps, mean, std (sample), "
-    "cv = std/mean, min, median, max, max_over_min, n_outliers and outlier_steps (Tukey fences, see step_series).",
+    "cv = std/mean, min, median (quantile_cont), max, max_over_min, n_outliers and outlier_steps (Tukey fences, "
+    "see step_series).",
 )
 
 # Stage groups of verl's timing keys. adv (advantage computation) is CPU-side and cheap; it is

@@ -1,14 +1,18 @@
-"""Tool-call latency tails per tool, by turn index, and the latency CCDF for plotting."""
+"""Tool-call latency tails per tool, by turn index, and the latency CCDF for plotting.
+
+Calls of validation samples (their ``samples`` row has ``validate``) are left out, as in every view.
+"""
 
 from __future__ import annotations
 
 from analyses.catalog import register_view
-from analyses.views._common import QUANTILE_DEFINITION, disc_quantiles, ratio
+from analyses.views._common import QUANTILE_DEFINITION, disc_quantiles, ratio, training_rows
 
 # statuses that mean the call returned normally; NULL status counts as neither success nor failure
 OK_STATUSES = ("success", "ok", "succeeded")
 _ok = ", ".join(f"'{s}'" for s in OK_STATUSES)
 _failed = f"status IS NOT NULL AND lower(status) NOT IN ({_ok})"
+_calls = training_rows("tool_calls")  # calls of validation samples are not part of the training workload
 
 register_view(
     "tool_latency",
@@ -19,7 +23,7 @@ FROM (
            count(*) FILTER (WHERE {_failed}) AS failures,
            count(latency_s) AS timed_calls, avg(latency_s) AS mean_s,
            {disc_quantiles("latency_s")}, max(latency_s) AS max_s
-    FROM tool_calls GROUP BY ALL
+    FROM {_calls} GROUP BY ALL
 )
 """,
     "Per run x tool: calls, failures (status not one of "
@@ -34,17 +38,17 @@ SELECT run_id, coalesce(tool_name, 'unknown') AS tool_name, turn, count(*) AS ca
        count(*) FILTER (WHERE {_failed}) AS failures, avg(latency_s) AS mean_s,
        quantile_disc(latency_s, 0.5) AS p50, quantile_disc(latency_s, 0.9) AS p90,
        quantile_disc(latency_s, 0.99) AS p99, max(latency_s) AS max_s
-FROM tool_calls GROUP BY ALL
+FROM {_calls} GROUP BY ALL
 """,
     "Per run x tool x turn index: calls, failures, mean_s, p50, p90, p99, max_s of latency.",
 )
 
 register_view(
     "tool_latency_cdf",
-    """
+    f"""
 WITH c AS (
     SELECT run_id, coalesce(tool_name, 'unknown') AS tool_name, latency_s AS value, count(*) AS n
-    FROM tool_calls WHERE latency_s IS NOT NULL GROUP BY ALL
+    FROM {_calls} WHERE latency_s IS NOT NULL GROUP BY ALL
 )
 SELECT run_id, tool_name, value, n,
        sum(n) OVER w / sum(n) OVER (PARTITION BY run_id, tool_name) AS cdf,

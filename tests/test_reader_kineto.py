@@ -259,3 +259,19 @@ def test_truncated_gzip_through_ingest_is_partial_not_an_error(tmp_path: Path) -
     (f,) = ingest_run(run, tmp_path / "wh", refresh=False).files
     assert (f.format, f.status) == ("kineto_trace", "partial")  # was ("unknown", "error")
     assert (f.lines, f.rows_ok, f.rows_rejected) == (16, 11, 1)  # as test_truncated_gzip_is_not_fatal
+
+
+def test_profiler_step_number_past_int64_is_skipped_not_fatal(tmp_path: Path) -> None:
+    # "ProfilerStep#99999999999999999999" used to fail the strict Int64 cast (whole file lost);
+    # by hand: 4 events; kept = step 3, the kernel and its launch; the unusable step is skipped
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 0, "dur": 50},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#99999999999999999999", "ts": 60, "dur": 50},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 1, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": 10, "args": {"stream": 7, "correlation": 1}},
+    ]
+    p = tmp_path / "rank_0.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    c = _read(p)
+    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (4, 3, 0, 1)
+    assert sorted(c.tables["rank_times"]["step"].unique().to_list()) == [3]

@@ -330,3 +330,20 @@ def test_batch_boundaries_do_not_hide_duplicates(monkeypatch, reader, rel: str, 
     assert tiny[1].sort("line_no").equals(whole[1].sort("line_no"))
     for table, df in whole[0].items():
         assert tiny[0][table].equals(df), table
+
+
+def test_multiturn_record_without_tool_calls_has_no_phantom_call(tmp_path: Path) -> None:
+    # tool_calls is optional: line 1 omits it, line 2 has an empty list; by hand: 2 samples,
+    # 1 turn, 0 tool calls (before, line 1 exploded into one all-null tool_calls row)
+    p = tmp_path / "multiturn_workload_step_0.jsonl"
+    p.write_text(
+        '{"step": 0, "prompt_len": 5, "final_response_len": 7, "turns": [{"turn": 0, "completion_tokens": 7}],'
+        ' "prompt_group_id": 0, "sample_id": 0}\n'
+        '{"step": 0, "prompt_len": 5, "final_response_len": 0, "turns": [], "tool_calls": [],'
+        ' "prompt_group_id": 0, "sample_id": 1}\n'
+    )
+    tables, _, acc = _read(MultiturnWorkloadReader(), p)
+    assert acc == {"lines": 2, "rows_ok": 2, "rows_rejected": 0, "rows_skipped": 0}
+    assert tables["samples"]["n_tool_calls"].to_list() == [0, 0]
+    assert tables["turns"].height == 1
+    assert tables["tool_calls"].height == 0

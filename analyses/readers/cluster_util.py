@@ -223,11 +223,11 @@ def _ts_expr(d: pl.DataFrame, cell: pl.Expr, tz: str | None) -> pl.Expr:
     return parse_ts_any(pl.when(num.is_null() | epoch_in_range(num).is_not_null()).then(cell), tz)
 
 
-def _finish(
-    batch: pl.DataFrame, samples: pl.DataFrame | None, bad: pl.DataFrame, skipped: int, source: str
-) -> Chunk:
-    rows = samples.with_columns(source=pl.lit(source)) if samples is not None else None
-    return accounted_chunk(batch.height, "gpu_samples", rows, bad, skipped)
+def _finish(batch: pl.DataFrame, samples: pl.DataFrame, bad: pl.DataFrame, skipped: int, source: str) -> Chunk:
+    """The batch's chunk: ``bad`` lines (with ``_reason``) rejected, ``skipped`` skipped, the
+    rest parsed into ``samples``."""
+    rows = samples.with_columns(source=pl.lit(source))
+    return accounted_chunk(batch.height, "gpu_samples", rows, bad.select("line_no", "line", reason="_reason"), skipped)
 
 
 def _read(ctx: FileContext, layout_of, kind: str, clock_keys: list[str], chunk) -> Iterator[Chunk]:
@@ -299,13 +299,7 @@ class ClusterUtilLongReader:
         good, bad = _clock_split(d, clock, ["host", "gpu", "metric"])
         good = good.filter(pl.col("value").is_not_null())  # an N/A value: parsed, no sample
         samples = good.select("host", "gpu", "ts", "metric", "value")
-        return _finish(
-            batch,
-            samples,
-            bad.select("line_no", "line", reason="_reason"),
-            skipped + blank.height,
-            SOURCE_LONG,
-        )
+        return _finish(batch, samples, bad, skipped + blank.height, SOURCE_LONG)
 
 
 # ------------------------------------------------------------------------------------ wide
@@ -354,10 +348,4 @@ class ClusterUtilWideReader:
             metric=pl.lit(metric),
             value="value",
         )
-        return _finish(
-            batch,
-            samples,
-            bad.select("line_no", "line", reason="_reason"),
-            skipped + blank.height,
-            SOURCE_WIDE,
-        )
+        return _finish(batch, samples, bad, skipped + blank.height, SOURCE_WIDE)

@@ -17,8 +17,9 @@ hundreds of MB to GBs. It is streamed, never loaded whole:
 The breakdown itself is :mod:`analyses.kineto_breakdown` (HTA's definitions).
 
 Line accounting (``lines`` = trace events): ProfilerStep, GPU and launch events are ``rows_ok``;
-every other event (cpu_op, python_function, flow, metadata, annotations) is ``rows_skipped`` by
-the documented rule "not needed for the GPU time breakdown".
+every other event (cpu_op, python_function, flow, metadata, annotations, and a ProfilerStep whose
+number does not fit an Int64) is ``rows_skipped`` by the documented rule "not needed for the GPU
+time breakdown".
 
 Truncation rule: a file that ends inside ``traceEvents`` (trace cut mid-write, or a truncated
 gzip) keeps every complete event before the cut; the cut itself counts as one line, rejected

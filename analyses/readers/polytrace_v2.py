@@ -311,6 +311,8 @@ class MultiturnWorkloadReader:
         calls = (
             base.select("step", "sample_id", "tool_calls")
             .explode("tool_calls", empty_as_null=False)
+            # tool_calls is optional: a record without it explodes to one null row, not a call
+            .filter(pl.col("tool_calls").is_not_null())
             .unnest("tool_calls")
         )
         return calls.select(

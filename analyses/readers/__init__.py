@@ -45,13 +45,7 @@ def all_readers() -> list[Reader]:
         out: list[Reader] = []
         for spec in READER_SPECS:
             mod_name, cls_name = spec.split(":")
-            try:
-                mod = importlib.import_module(mod_name)
-            except ModuleNotFoundError as exc:
-                if exc.name == mod_name:  # not written yet; any other missing import is a real error
-                    continue
-                raise
-            out.append(getattr(mod, cls_name)())
+            out.append(getattr(importlib.import_module(mod_name), cls_name)())
         _readers = out
     return _readers
 

@@ -62,8 +62,13 @@ def test_stationary_synthetic_run_scores_high_and_reports_both_methods():
     s = synth_samples(steps=9, prompts=32, n=8, within=0.3, cap=None, sigma=0.4, seed=5)
     r = fidelity(RunFrames("synth", s), seeds=(0, 1, 2))
     for k in ("run_id", "accuracy_pct", "baseline_accuracy_pct", "errors_pct", "baseline_errors_pct",
-              "single_replay_accuracy_pct", "level_accuracy_pct"):
+              "single_replay_accuracy_pct", "level_accuracy_pct", "monte_carlo_se_pct", "ceiling_accuracy_pct",
+              "recorded_mean_accuracy_pct", "in_sample_level_accuracy_pct", "baseline_in_sample_level_accuracy_pct"):
         assert k in r
+    # the recorded mean is one constant prediction: it cannot beat the hindsight ceiling
+    assert r["recorded_mean_accuracy_pct"] <= r["ceiling_accuracy_pct"] <= 100
+    assert r["monte_carlo_se_pct"] >= 0 and r["in_sample_seeds"] == 3
+    assert r["in_sample_level_accuracy_pct"] > 90  # the generating model reproduces the steps it was fitted on
     assert r["statistics"] == ["total_tokens", "longest_response", "p99_response", "makespan_tokens"]
     assert r["train_steps"] == [0, 1, 2, 3, 4, 5] and r["heldout_steps"] == [6, 7, 8]
     assert r["accuracy_pct"] > 90  # the model is the generating one up to fitting noise

@@ -61,7 +61,8 @@ def add_fit_parsers(sub: Any, fmt: type[argparse.HelpFormatter], add_warehouse: 
     )
     p.add_argument("runs", nargs="*", metavar="RUN", help="run id(s)")
     p.add_argument("--all", action="store_true", help="every run with per-sample lengths")
-    p.add_argument("--seeds", type=int, default=5, help="number of seeds averaged (default 5)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="number of seeds averaged per method (default: the protocol's 200, see docs/spec.md)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     add_warehouse(p)
 
@@ -138,13 +139,16 @@ def run(args: argparse.Namespace) -> int:
         missing = [r for r in runs if r not in have and r not in timed]
         if missing:
             raise UsageError(f"neither per-sample lengths nor step times for run(s): {', '.join(missing)}")
-        if args.seeds < 1:
+        if args.seeds is not None and args.seeds < 1:
             raise UsageError("--seeds must be >= 1")
+        from analyses.fit.fidelity import DEFAULT_SEEDS
+
+        seeds = DEFAULT_SEEDS if args.seeds is None else tuple(range(args.seeds))
         results = []
         for r in runs:
             f = load_run(root, r)
             try:
-                res = fidelity(f, seeds=tuple(range(args.seeds))) if r in have else step_time_only(f)
+                res = fidelity(f, seeds=seeds) if r in have else step_time_only(f)
             except ValueError as exc:  # too little data to split, fit or score: say so, score the rest
                 print(f"polytrace fidelity: {r}: cannot score: {exc}", file=sys.stderr)
                 continue
@@ -174,26 +178,42 @@ def _print_workload(key: str, w: dict[str, Any]) -> None:
 
 
 def fidelity_table(results: list[dict[str, Any]]) -> str:
-    """A plain-text table: one line per run, ours beside the baseline, then per-statistic errors."""
+    """A plain-text table: one line per run, ours beside the baseline, the references that say what
+    the held-out steps allow, then per-statistic errors."""
     w = max([18, *(len(r["run_id"]) for r in results if "accuracy_pct" in r)])
-    head = f"{'run':<{w}} {'split':<13} {'held-out':<10} {'ours %':>7} {'base %':>7}  {'1-replay ours/base':>18}  {'level ours/base':>15}"
+    head = (f"{'run':<{w}} {'split':<13} {'held-out':<10} {'ours %':>11} {'base %':>11}  {'ceiling':>7} {'rec.mean':>8}  "
+            f"{'1-replay ours/base':>18}  {'level ours/base':>15}  {'in-sample ours/base':>19}")
     lines = [head, "-" * len(head)]
     timed = [r for r in results if r.get("step_time_model")]
     results = [r for r in results if "accuracy_pct" in r]
+
+    def pm(v: float, se: float | None) -> str:
+        return f"{v:.1f}" if se is None or se != se else f"{v:.1f}±{se:.1f}"
+
     for r in results:
         ho = f"{len(r['heldout_steps'])} steps"
         lines.append(
-            f"{r['run_id']:<{w}} {r['split']:<13} {ho:<10} {r['accuracy_pct']:>7.1f} {r['baseline_accuracy_pct']:>7.1f}  "
+            f"{r['run_id']:<{w}} {r['split']:<13} {ho:<10} {pm(r['accuracy_pct'], r.get('monte_carlo_se_pct')):>11} "
+            f"{pm(r['baseline_accuracy_pct'], r.get('baseline_monte_carlo_se_pct')):>11}  "
+            f"{r.get('ceiling_accuracy_pct', float('nan')):>7.1f} {r.get('recorded_mean_accuracy_pct', float('nan')):>8.1f}  "
             f"{r['single_replay_accuracy_pct']:>8.1f}/{r['baseline_single_replay_accuracy_pct']:<9.1f}  "
-            f"{r['level_accuracy_pct']:>7.1f}/{r['baseline_level_accuracy_pct']:<7.1f}"
+            f"{r['level_accuracy_pct']:>7.1f}/{r['baseline_level_accuracy_pct']:<7.1f}  "
+            f"{r.get('in_sample_level_accuracy_pct', float('nan')):>9.1f}/{r.get('baseline_in_sample_level_accuracy_pct', float('nan')):<9.1f}"
         )
         errs = "  ".join(f"{k}={r['errors_pct'][k]:.1f}/{r['baseline_errors_pct'][k]:.1f}" for k in r["statistics"])
         lines.append(f"    per-step APE % (ours/base): {errs}")
+        if r.get("ceiling_errors_pct"):
+            lines.append("    ceiling APE %: " + "  ".join(f"{k}={r['ceiling_errors_pct'][k]:.1f}" for k in r["statistics"]))
     if len(results) > 1:
         import statistics
 
-        lines.append(f"{'mean':<{w}} {'':<13} {'':<10} {statistics.fmean(r['accuracy_pct'] for r in results):>7.1f} "
-                     f"{statistics.fmean(r['baseline_accuracy_pct'] for r in results):>7.1f}")
+        lines.append(f"{'mean':<{w}} {'':<13} {'':<10} {statistics.fmean(r['accuracy_pct'] for r in results):>11.1f} "
+                     f"{statistics.fmean(r['baseline_accuracy_pct'] for r in results):>11.1f}")
+    if results:
+        lines.append("")
+        lines.append("ours/base: 100 - per-step MAPE on the held-out steps, ± the Monte Carlo standard error of the seed average.")
+        lines.append("ceiling: the best one prediction for every held-out step can score, chosen knowing the held-out answers.")
+        lines.append("rec.mean: the fitted steps' mean as the prediction. in-sample: level score against the fitted steps.")
     if timed:
         lines.append("")
         lines.append("step-time model (time = a + b*tokens + c*longest response; fitted on the first 2/3 of steps), accuracy %:")

@@ -8,7 +8,8 @@ Protocol (identical for our fitted model and for PolyTrace's histogram resampler
    instead: its groups, in order, are dealt into 8 pseudo-steps, the first 5 fitted, the last
    3 held out.
 2. Generate each held-out step (same step index, same batch shape as the training steps) with
-   each of several seeds.
+   each of ``DEFAULT_SEEDS`` (200) seeds: enough that the seed average is the generator's
+   expected statistic to within ``monte_carlo_se_pct`` (bootstrap over seeds, reported).
 3. Per step compute: total tokens, longest response, p99 response, the rollout makespan in
    tokens (the most loaded DP rank's response tokens), and for multi-turn runs the turns and
    tool time of the step. Statistics whose real value is 0 are skipped (no relative error).
@@ -19,6 +20,11 @@ Protocol (identical for our fitted model and for PolyTrace's histogram resampler
    each seed's own steps, averaged over seeds -- what one replay scores, generator noise
    included) and ``level_accuracy_pct`` (per statistic, the mean over held-out steps vs the mean
    over generated steps -- whether the workload's level is right, step-to-step noise aside).
+5. References on the same held-out steps (:mod:`analyses.fit.score_refs`): ``ceiling_accuracy_pct``
+   (the best constant prediction, chosen knowing the held-out answers: the step-to-step variation
+   no forecast of the level removes), ``recorded_mean_accuracy_pct`` (the fitted steps' mean as
+   the prediction), and ``in_sample_level_accuracy_pct`` for both generators (level score against
+   the fitted steps themselves: goodness of fit, which a few held-out steps cannot swing).
 
 Nothing is tuned on the held-out steps: the model choices (families, AIC, drift test, copula vs
 mixture, and the response model and window chosen by rolling-origin validation inside the
@@ -36,10 +42,14 @@ import polars as pl
 from analyses.fit.baseline import HistogramBaseline
 from analyses.fit.data import RunFrames
 from analyses.fit.sampler import generate
+from analyses.fit.score_refs import hindsight_ceiling, monte_carlo_se, recorded_mean
 from analyses.fit.select import fit_workload_selected
 from analyses.fit.workload import training_samples
 
-DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+# The prediction for a step is the generator's mean over seeds; a per-step total over 16 prompts
+# varies by ~20% between draws, so 5 seeds left ~8% Monte Carlo noise in the prediction itself.
+DEFAULT_SEEDS = tuple(range(200))
+IN_SAMPLE_BUDGET = 2_000_000  # generated samples for the fitted-steps check (fewer seeds on long runs)
 TRAIN_FRACTION = 2 / 3
 PSEUDO_STEPS, PSEUDO_TRAIN = 8, 5
 STATS_BASE = ("total_tokens", "longest_response", "p99_response", "makespan_tokens")
@@ -142,6 +152,21 @@ def _scores(real: pl.DataFrame, per_seed: list[pl.DataFrame], names: list[str]) 
     }
 
 
+def _in_sample(wl: dict[str, Any], base: HistogramBaseline, fitted_real: pl.DataFrame, steps: list[int],
+               seeds: tuple[int, ...], names: list[str], multi: bool, has_ranks: bool) -> dict[str, Any]:
+    """Level scores of both generators against the fitted steps themselves (a goodness of fit that
+    a few unlucky held-out steps cannot swing)."""
+    per_seed = max(int(wl["batch"]["prompts_per_step"]) * int(wl["batch"]["samples_per_prompt"]) * len(steps), 1)
+    use = seeds[: max(1, min(len(seeds), IN_SAMPLE_BUDGET // per_seed))]
+    names = [c for c in names if c in fitted_real.columns and float(fitted_real[c].abs().sum()) > 0]
+    ours, bl = [], []
+    for seed in use:
+        g = generate(wl, steps, seed)
+        ours.append(step_statistics(per_sample_tool_time(g.samples, g.tool_calls, ("step", "group", "sample_index")), multi, has_ranks))
+        bl.append(step_statistics(base.generate(steps, seed), multi, has_ranks))
+    return {"ours": _scores(fitted_real, ours, names), "baseline": _scores(fitted_real, bl, names), "seeds": len(use)}
+
+
 def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fraction: float = TRAIN_FRACTION) -> dict[str, Any]:
     """Score our fitted generator and PolyTrace's histogram baseline on held-out steps."""
     sp = split_run(frames, train_fraction)
@@ -171,6 +196,10 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
         base_stats.append(step_statistics(b, multi, has_ranks))
     ours = _scores(real, ours_stats, names)
     bl = _scores(real, base_stats, names)
+    fitted_real = step_statistics(ts, multi, has_ranks)
+    ceiling = hindsight_ceiling(real, names)
+    rec = recorded_mean(real, fitted_real, names)
+    in_sample = _in_sample(wl, base, fitted_real, sp.train_steps, seeds, names, multi, has_ranks)
     step_model = None
     if frames.steps is not None and frames.steps.height:
         from analyses.fit.stepmodel import step_time_fidelity
@@ -197,6 +226,20 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
         "baseline_single_replay_by_seed_pct": bl["single_replay_by_seed_pct"],
         "level_accuracy_pct": ours["level_accuracy_pct"],
         "baseline_level_accuracy_pct": bl["level_accuracy_pct"],
+        # how much of the score the seeds' Monte Carlo noise could move (bootstrap over seeds)
+        "monte_carlo_se_pct": monte_carlo_se(real, ours_stats, names),
+        "baseline_monte_carlo_se_pct": monte_carlo_se(real, base_stats, names),
+        # what the held-out steps allow: see analyses.fit.score_refs
+        "ceiling_accuracy_pct": ceiling["accuracy_pct"],
+        "ceiling_errors_pct": ceiling["errors_pct"],
+        "recorded_mean_accuracy_pct": rec["accuracy_pct"],
+        "recorded_mean_errors_pct": rec["errors_pct"],
+        # does each generator reproduce the steps it was fitted on? (level, per statistic)
+        "in_sample_level_accuracy_pct": in_sample["ours"]["level_accuracy_pct"],
+        "baseline_in_sample_level_accuracy_pct": in_sample["baseline"]["level_accuracy_pct"],
+        "in_sample_level_errors_pct": in_sample["ours"]["level_errors_pct"],
+        "baseline_in_sample_level_errors_pct": in_sample["baseline"]["level_errors_pct"],
+        "in_sample_seeds": in_sample["seeds"],
         "level_errors_pct": ours["level_errors_pct"],
         "baseline_level_errors_pct": bl["level_errors_pct"],
         "real_mean": {c: float(real[c].mean()) for c in names},

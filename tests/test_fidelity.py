@@ -88,6 +88,13 @@ def test_fidelity_cli_on_a_real_polytrace_run(real_file, tmp_path, capsys):
     assert 50 < out["accuracy_pct"] <= 100 and 50 < out["baseline_accuracy_pct"] <= 100
     # every response of this run is capped at 16000 (max of the output lists); both methods reproduce the cap
     assert out["errors_pct"]["longest_response"] == 0.0
+    # the held-out steps 3 and 4 total 983,758 and 1,371,186 tokens, makespans 615,243 and 674,818
+    # (input x n + outputs, and the larger dp rank's outputs, in packed_lengths_step_{3,4}.jsonl):
+    # the best constant is the smaller one, costing (1371186 - 983758) / 1371186 / 2 = 14.13 % and
+    # (674818 - 615243) / 674818 / 2 = 4.41 %; longest and p99 are 16000 on both steps (0 %)
+    assert out["ceiling_errors_pct"]["total_tokens"] == pytest.approx(100 * (1371186 - 983758) / 1371186 / 2)
+    assert out["ceiling_errors_pct"]["makespan_tokens"] == pytest.approx(100 * (674818 - 615243) / 674818 / 2)
+    assert out["ceiling_accuracy_pct"] == pytest.approx(100 - (14.128 + 4.414) / 4, abs=0.01)
     assert main(["fit", "--warehouse", str(wh), "--out", str(tmp_path / "spec.json")]) == 0
     spec = json.loads((tmp_path / "spec.json").read_text())
     w = spec["workloads"]["20260616_024512"]

@@ -157,7 +157,8 @@ def _print_run(rep) -> None:  # noqa: ANN001 - RunReport, imported lazily
         err = f"  [{f.status}: {f.error}]" if f.error else (f"  [{f.status}]" if f.status != "ok" else "")
         print(
             f"  {f.path}: {f.format}  lines={f.lines} parsed={f.rows_ok} rejected={f.rows_rejected} "
-            f"skipped={f.rows_skipped} rows={f.rows_out}{err}"
+            f"skipped={f.rows_skipped} rows={f.rows_out}"
+            + (f" superseded={f.rows_superseded}" if f.rows_superseded else "") + err
         )
 
 

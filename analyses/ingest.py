@@ -21,7 +21,7 @@ from analyses.catalog import refresh_catalog
 from analyses.manifest import MANIFEST_NAME, RunManifest, load_manifest, sanitize_run_id
 from analyses.readers import detect
 from analyses.readers.base import FileContext, UnreadableFile, read_head
-from analyses.schema import RUNS, SOURCE_FILES
+from analyses.schema import RUNS, SOURCE_FILES, STEP_METRICS
 from analyses.steps import derive_steps
 from analyses.warehouse import RunStaging
 
@@ -38,6 +38,7 @@ class FileReport:
     rows_rejected: int = 0
     rows_skipped: int = 0
     rows_out: int = 0
+    rows_superseded: int = 0  # step metrics another file of the run also carries (kept once, from the better source)
     status: str = "ok"
     error: str | None = None
     sha256: str = ""
@@ -210,12 +211,48 @@ def _done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:
     return fr
 
 
+# Which file's copy of a step metric is kept when two files of a run carry it (a wandb run directory
+# holds both the binary history and the console's output.log): exact float64 history first,
+# structured JSON next, console text (printed with rounding) last.
+_METRIC_SOURCE_RANK = {"wandb_offline": 0, "verl_jsonl": 1}
+_CONSOLE_RANK = 2
+
+
+def _dedupe_step_metrics(staging: RunStaging, report: RunReport) -> None:
+    """Keep one row per step-metric key across the run's files; count the rest per file."""
+    sm = staging.scan("step_metrics")
+    paths = sm.select(pl.col("path").unique()).collect()["path"].to_list()
+    if len(paths) < 2:
+        return
+    fmt = {f.path: f.format for f in report.files}
+    rank = {p: _METRIC_SOURCE_RANK.get(fmt.get(p, ""), _CONSOLE_RANK) for p in paths}
+    key = list(STEP_METRICS.key[1:])  # within one run
+    kept = (
+        sm.with_columns(_rank=pl.col("path").replace_strict(rank, return_dtype=pl.Int64))
+        .sort("_rank", "path", "line_no", nulls_last=True)
+        .unique(subset=key, keep="first", maintain_order=True)
+        .drop("_rank")
+        .collect()
+    )
+    before = dict(sm.group_by("path").len().collect().iter_rows())
+    after = dict(kept.group_by("path").len().iter_rows())
+    if sum(before.values()) == kept.height:
+        return
+    staging.replace("step_metrics", kept)
+    for f in report.files:
+        dropped = before.get(f.path, 0) - after.get(f.path, 0)
+        if dropped:
+            f.rows_superseded = dropped
+            f.rows_out -= dropped
+
+
 def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, run_path: Path) -> None:
     attrs_dir = staging.dir / "_step_attrs"
     attrs = None
     if attrs_dir.exists() and any(attrs_dir.glob("*.parquet")):
         attrs = pl.scan_parquet(sorted(attrs_dir.glob("*.parquet")), missing_columns="insert", extra_columns="ignore",
                                 schema={"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean})
+    _dedupe_step_metrics(staging, report)
     steps = derive_steps(staging.scan("step_metrics"), attrs, n_gpus=manifest.n_gpus)
     staging.replace("steps", steps)
     staging.replace("step_windows", derive_step_windows(steps, manifest))
@@ -228,7 +265,7 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
             {
                 "path": f.path, "sha256": f.sha256, "bytes": f.bytes, "format": f.format, "lines": f.lines,
                 "rows_ok": f.rows_ok, "rows_rejected": f.rows_rejected, "rows_skipped": f.rows_skipped,
-                "rows_out": f.rows_out, "status": f.status, "error": f.error,
+                "rows_out": f.rows_out, "rows_superseded": f.rows_superseded, "status": f.status, "error": f.error,
             }
             for f in report.files
         ],

@@ -67,12 +67,16 @@ SOURCE_FILES = Table(
         "rows_rejected": I64,  # lines/records rejected (see `rejects`)
         "rows_skipped": I64,  # lines skipped by a documented rule (blank, banner, config dump, ...)
         "rows_out": I64,  # rows emitted into warehouse tables
+        "rows_superseded": I64,  # step metrics also carried by a better source of the run, stored once from there
         "status": S,  # ok | partial | error | unsupported
         "error": S,
     },
     key=("run_id", "path"),
     docs={
         "lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error",
+        "rows_superseded": "a wandb run directory holds the binary history and the console's output.log; a "
+        "step_metrics key (step, metric, is_validation) found in both is kept from the wandb file (then JSONL, "
+        "then console text), and the other file's rows_out no longer counts it",
         "rows_rejected": "whole lines/records rejected; `rejects` may hold more rows than this, because a parsed "
         "line can also lose a part (a non-numeric pair, the tail of a line cut at 4096 characters) "
         "that is recorded there",

@@ -157,3 +157,29 @@ def test_run_toml_fills_runs_table(tmp_path: Path, warehouse: Path) -> None:
     assert '"team": "rl"' in row["tags"]
     # run.toml is configuration, not an input log
     assert scan_table(warehouse, "source_files").collect()["path"].to_list() == ["a.log"]
+
+
+def test_step_metric_carried_by_two_files_is_stored_once_from_the_better_source(tmp_path: Path, warehouse: Path) -> None:
+    # a wandb-style run directory: the console's output.log and a structured history of the same
+    # steps; steps 1-2 in both (the console rounds 1.25 to 1.2), step 3 only in the console
+    console = "step:1 - timing_s/gen:1.2 - timing_s/step:3.0\nstep:2 - timing_s/gen:2.5 - timing_s/step:5.0\nstep:3 - timing_s/gen:4.0\n"
+    history = '{"step":1,"data":{"timing_s/gen":1.25,"timing_s/step":3.0}}\n{"step":2,"data":{"timing_s/gen":2.5}}\n'
+    rep = ingest_run(_run(tmp_path, "r", {"files/output.log": console, "history.jsonl": history}), warehouse)
+    by = {f.path: f for f in rep.files}
+    # console: 5 metric rows, 3 of them (step 1 x2, step 2 gen) also in the JSONL history
+    assert (by["files/output.log"].rows_out, by["files/output.log"].rows_superseded) == (2, 3)
+    assert (by["history.jsonl"].rows_out, by["history.jsonl"].rows_superseded) == (3, 0)
+    sm = scan_table(warehouse, "step_metrics").collect()
+    assert sm.height == 5 and sm.select(pl.struct("step", "metric", "is_validation").is_unique().all()).item()
+    assert sm.filter((pl.col("step") == 1) & (pl.col("metric") == "timing_s/gen"))["value"].item() == 1.25
+    kept = {(r["step"], r["metric"]): r["path"] for r in sm.iter_rows(named=True)}
+    assert kept[(2, "timing_s/step")] == "files/output.log"  # only the console has it: filled in, not lost
+    assert kept[(3, "timing_s/gen")] == "files/output.log"
+    sf = scan_table(warehouse, "source_files").collect()
+    assert sf.filter(pl.col("path") == "files/output.log")["rows_superseded"].item() == 3
+    assert scan_table(warehouse, "steps").collect()["step"].to_list() == [1, 2, 3]
+
+
+def test_one_file_never_loses_rows_to_deduplication(tmp_path: Path, warehouse: Path) -> None:
+    rep = ingest_run(_run(tmp_path, "r", {"train.log": _verl_log(3)}), warehouse)
+    assert rep.files[0].rows_superseded == 0 and rep.files[0].rows_out == 9

@@ -81,7 +81,9 @@ def _file_line(f: FileReport) -> str:
     err = f" [{f.status}: {f.error}]" if f.error else (f" [{f.status}]" if f.status != "ok" else "")
     return (
         f"{f.path}: {f.format} lines={f.lines} parsed={f.rows_ok} rejected={f.rows_rejected} "
-        f"skipped={f.rows_skipped} rows={f.rows_out} ({f.seconds:.2f}s){err}"
+        f"skipped={f.rows_skipped} rows={f.rows_out}"
+        + (f" superseded={f.rows_superseded}" if f.rows_superseded else "")
+        + f" ({f.seconds:.2f}s){err}"
     )
 
 
@@ -107,6 +109,7 @@ def _table_metadata(root: Path, table: str, run_id: str, report: RunReport) -> d
             "rows_rejected",
             "rows_skipped",
             "rows_out",
+            "rows_superseded",
             "error",
         ]
         meta["files"] = MetadataValue.md(markdown_preview(sf.select(cols), n=FILES_LISTED, total_rows=rows))

@@ -213,7 +213,8 @@ def _done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:
 
 # Which file's copy of a step metric is kept when two files of a run carry it (a wandb run directory
 # holds both the binary history and the console's output.log): exact float64 history first,
-# structured JSON next, console text (printed with rounding) last.
+# structured JSON next, console text (printed with rounding) last. Between files of one kind (a
+# resumed run's second log re-logs steps) the last in (path, line) order wins, as in `steps`.
 _METRIC_SOURCE_RANK = {"wandb_offline": 0, "verl_jsonl": 1}
 _CONSOLE_RANK = 2
 
@@ -229,7 +230,7 @@ def _dedupe_step_metrics(staging: RunStaging, report: RunReport) -> None:
     key = list(STEP_METRICS.key[1:])  # within one run
     kept = (
         sm.with_columns(_rank=pl.col("path").replace_strict(rank, return_dtype=pl.Int64))
-        .sort("_rank", "path", "line_no", nulls_last=True)
+        .sort("_rank", "path", "line_no", descending=[False, True, True], nulls_last=True)
         .unique(subset=key, keep="first", maintain_order=True)
         .drop("_rank")
         .collect()

@@ -76,7 +76,8 @@ SOURCE_FILES = Table(
         "lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error",
         "rows_superseded": "a wandb run directory holds the binary history and the console's output.log; a "
         "step_metrics key (step, metric, is_validation) found in both is kept from the wandb file (then JSONL, "
-        "then console text), and the other file's rows_out no longer counts it",
+        "then console text; between files of one kind the last in (path, line) order, as in steps), "
+        "and the other file's rows_out no longer counts it",
         "rows_rejected": "whole lines/records rejected; `rejects` may hold more rows than this, because a parsed "
         "line can also lose a part (a non-numeric pair, the tail of a line cut at 4096 characters) "
         "that is recorded there",

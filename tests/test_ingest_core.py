@@ -180,6 +180,17 @@ def test_step_metric_carried_by_two_files_is_stored_once_from_the_better_source(
     assert scan_table(warehouse, "steps").collect()["step"].to_list() == [1, 2, 3]
 
 
+def test_resumed_run_split_over_two_console_logs_keeps_the_relogged_step(tmp_path: Path, warehouse: Path) -> None:
+    # the resumed log re-logs step 3 (crash after it was printed, restart from the step-2 checkpoint)
+    first = _verl_log(3)  # steps 1-3, gen 1.5 s per step index
+    second = "step:3 - timing_s/gen:9.0 - timing_s/step:9.0 - response_length/mean:9\n" + _verl_log(1, start=4)
+    rep = ingest_run(_run(tmp_path, "r", {"train-1.log": first, "train-2.log": second}), warehouse)
+    assert {f.path: f.rows_superseded for f in rep.files} == {"train-1.log": 3, "train-2.log": 0}
+    sm = scan_table(warehouse, "step_metrics").collect().filter(pl.col("step") == 3)
+    assert sm["path"].unique().to_list() == ["train-2.log"] and sm.height == 3
+    assert scan_table(warehouse, "steps").collect().filter(pl.col("step") == 3)["gen_time_s"].item() == 9.0
+
+
 def test_one_file_never_loses_rows_to_deduplication(tmp_path: Path, warehouse: Path) -> None:
     rep = ingest_run(_run(tmp_path, "r", {"train.log": _verl_log(3)}), warehouse)
     assert rep.files[0].rows_superseded == 0 and rep.files[0].rows_out == 9

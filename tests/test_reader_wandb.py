@@ -184,6 +184,29 @@ def test_real_run_counts(needs_wandb, real_file, tmp_path: Path) -> None:
     assert scan_table(wh, "gpu_samples").select(pl.len()).collect().item() == 51744
 
 
+@pytest.mark.real_logs
+def test_real_run_directory_stores_each_step_metric_once(needs_wandb, real_file, tmp_path: Path) -> None:
+    # the run directory as wandb writes it: run-<id>.wandb beside files/output.log, both with the
+    # step metrics of steps 0..58; step 59 is only in output.log (its history row is not in the
+    # copied .wandb), with 75 ` - key:value` pairs on its line (grep "step:59 " | grep -o)
+    wandb_file = real_file(REAL)
+    run = tmp_path / "run"
+    (run / "files").mkdir(parents=True)
+    (run / wandb_file.name).symlink_to(wandb_file)
+    (run / "files" / "output.log").symlink_to(wandb_file.parent / "files" / "output.log")
+    rep = ingest_run(run, tmp_path / "wh")
+    by = {f.path: f for f in rep.files}
+    console = by["files/output.log"]
+    assert by[wandb_file.name].rows_superseded == 0
+    # 4437 = the 4440 ` - key:value` matches on the 60 step lines, less 3 that are the cut tails of
+    # lines truncated at 4096 characters (rejects rows, not metrics)
+    assert console.rows_out == 75 and console.rows_superseded + console.rows_out == 4437
+    sm = scan_table(tmp_path / "wh", "step_metrics").collect()
+    assert sm.select(pl.struct("step", "metric", "is_validation").is_unique().all()).item()
+    assert sm.filter(pl.col("path") == "files/output.log")["step"].unique().to_list() == [59]
+    assert scan_table(tmp_path / "wh", "steps").collect()["step"].to_list() == list(range(1, 60))
+
+
 def _frame(pieces: list[tuple[int, bytes]]) -> bytes:
     """A .wandb file of raw (type, data) pieces in one block, framed as wandb's writer does
     (CRC-32 seeded with the type byte), written here independently of the reader."""

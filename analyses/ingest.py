@@ -228,17 +228,18 @@ def _dedupe_step_metrics(staging: RunStaging, report: RunReport) -> None:
     fmt = {f.path: f.format for f in report.files}
     rank = {p: _METRIC_SOURCE_RANK.get(fmt.get(p, ""), _CONSOLE_RANK) for p in paths}
     key = list(STEP_METRICS.key[1:])  # within one run
+    full = sm.collect()
     kept = (
-        sm.with_columns(_rank=pl.col("path").replace_strict(rank, return_dtype=pl.Int64))
+        full.lazy().with_columns(_rank=pl.col("path").replace_strict(rank, return_dtype=pl.Int64))
         .sort("_rank", "path", "line_no", descending=[False, True, True], nulls_last=True)
         .unique(subset=key, keep="first", maintain_order=True)
         .drop("_rank")
         .collect()
     )
-    before = dict(sm.group_by("path").len().collect().iter_rows())
-    after = dict(kept.group_by("path").len().iter_rows())
-    if sum(before.values()) == kept.height:
+    if full.height == kept.height:
         return
+    before = dict(full.group_by("path").len().iter_rows())
+    after = dict(kept.group_by("path").len().iter_rows())
     staging.replace("step_metrics", kept)
     for f in report.files:
         dropped = before.get(f.path, 0) - after.get(f.path, 0)

@@ -42,7 +42,7 @@ import polars as pl
 from analyses.fit.baseline import HistogramBaseline
 from analyses.fit.data import RunFrames
 from analyses.fit.sampler import generate
-from analyses.fit.score_refs import hindsight_ceiling, monte_carlo_se, recorded_mean
+from analyses.fit.score_refs import accuracy_from_errors, hindsight_ceiling, monte_carlo_se, recorded_mean
 from analyses.fit.select import fit_workload_selected
 from analyses.fit.workload import training_samples
 
@@ -138,18 +138,26 @@ def _scores(real: pl.DataFrame, per_seed: list[pl.DataFrame], names: list[str]) 
         r = float(real[c].mean())
         level[c] = abs(float(allg[c].mean()) - r) / r if r > 0 else float("nan")
 
-    def acc(e: dict[str, float]) -> float:
-        return 100.0 * (1 - float(np.nanmean(list(e.values()))))
-
     return {
-        "accuracy_pct": acc(ape),
+        "accuracy_pct": accuracy_from_errors(ape),
         "errors_pct": {c: 100.0 * v for c, v in ape.items()},
-        "single_replay_accuracy_pct": float(np.mean([acc(e) for e in single])),
-        "single_replay_by_seed_pct": [acc(e) for e in single],
-        "level_accuracy_pct": acc(level),
+        "single_replay_accuracy_pct": float(np.mean([accuracy_from_errors(e) for e in single])),
+        "single_replay_by_seed_pct": [accuracy_from_errors(e) for e in single],
+        "level_accuracy_pct": accuracy_from_errors(level),
         "level_errors_pct": {c: 100.0 * v for c, v in level.items()},
         "generated_mean": {c: float(allg[c].mean()) for c in names},
     }
+
+
+def _generated_statistics(wl: dict[str, Any], base: HistogramBaseline, steps: list[int], seeds: tuple[int, ...],
+                          multi: bool, has_ranks: bool) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
+    """Per seed, the step statistics of our generator's and of the baseline's ``steps``."""
+    ours, bl = [], []
+    for seed in seeds:
+        g = generate(wl, steps, seed)
+        ours.append(step_statistics(per_sample_tool_time(g.samples, g.tool_calls, ("step", "group", "sample_index")), multi, has_ranks))
+        bl.append(step_statistics(base.generate(steps, seed), multi, has_ranks))
+    return ours, bl
 
 
 def _in_sample(wl: dict[str, Any], base: HistogramBaseline, fitted_real: pl.DataFrame, steps: list[int],
@@ -159,11 +167,7 @@ def _in_sample(wl: dict[str, Any], base: HistogramBaseline, fitted_real: pl.Data
     per_seed = max(int(wl["batch"]["prompts_per_step"]) * int(wl["batch"]["samples_per_prompt"]) * len(steps), 1)
     use = seeds[: max(1, min(len(seeds), IN_SAMPLE_BUDGET // per_seed))]
     names = [c for c in names if c in fitted_real.columns and float(fitted_real[c].abs().sum()) > 0]
-    ours, bl = [], []
-    for seed in use:
-        g = generate(wl, steps, seed)
-        ours.append(step_statistics(per_sample_tool_time(g.samples, g.tool_calls, ("step", "group", "sample_index")), multi, has_ranks))
-        bl.append(step_statistics(base.generate(steps, seed), multi, has_ranks))
+    ours, bl = _generated_statistics(wl, base, steps, use, multi, has_ranks)
     return {"ours": _scores(fitted_real, ours, names), "baseline": _scores(fitted_real, bl, names), "seeds": len(use)}
 
 
@@ -186,14 +190,7 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
     names = [c for c in names if float(real[c].abs().sum()) > 0]
     ts = per_sample_tool_time(training_samples(train.samples), train.tool_calls, ("step", "sample_id"))
     base = HistogramBaseline(ts, wl["batch"], per_sample_tool_time=ts)
-    ours_stats: list[pl.DataFrame] = []
-    base_stats: list[pl.DataFrame] = []
-    for seed in seeds:
-        g = generate(wl, sp.heldout_steps, seed)
-        gs = per_sample_tool_time(g.samples, g.tool_calls, ("step", "group", "sample_index"))
-        ours_stats.append(step_statistics(gs, multi, has_ranks))
-        b = base.generate(sp.heldout_steps, seed)
-        base_stats.append(step_statistics(b, multi, has_ranks))
+    ours_stats, base_stats = _generated_statistics(wl, base, sp.heldout_steps, seeds, multi, has_ranks)
     ours = _scores(real, ours_stats, names)
     bl = _scores(real, base_stats, names)
     fitted_real = step_statistics(ts, multi, has_ranks)

@@ -28,7 +28,8 @@ import polars as pl
 BOOTSTRAP_DRAWS = 200
 
 
-def _accuracy(errors: dict[str, float]) -> float:
+def accuracy_from_errors(errors: dict[str, float]) -> float:
+    """100 - the mean of per-statistic relative errors (NaN ones, with no real value, left out)."""
     vals = [v for v in errors.values() if np.isfinite(v)]
     return 100.0 * (1 - float(np.mean(vals))) if vals else float("nan")
 
@@ -55,7 +56,7 @@ def hindsight_ceiling(real: pl.DataFrame, names: list[str]) -> dict[str, Any]:
             continue
         cand = r[:, None]  # [candidate, step]
         errors[c] = float(np.min(np.mean(np.abs(cand - r[None, :]) / r[None, :], axis=1)))
-    return {"accuracy_pct": _accuracy(errors), "errors_pct": {c: 100.0 * v for c, v in errors.items()}}
+    return {"accuracy_pct": accuracy_from_errors(errors), "errors_pct": {c: 100.0 * v for c, v in errors.items()}}
 
 
 def recorded_mean(real: pl.DataFrame, fitted: pl.DataFrame, names: list[str]) -> dict[str, Any]:
@@ -64,7 +65,7 @@ def recorded_mean(real: pl.DataFrame, fitted: pl.DataFrame, names: list[str]) ->
     pred = np.array([float(fitted[c].mean()) for c in names])
     ape = np.abs(pred[None, :] - rv) / rv
     errors = {c: float(np.nanmean(ape[:, j])) if np.isfinite(ape[:, j]).any() else float("nan") for j, c in enumerate(names)}
-    return {"accuracy_pct": _accuracy(errors), "errors_pct": {c: 100.0 * v for c, v in errors.items()},
+    return {"accuracy_pct": accuracy_from_errors(errors), "errors_pct": {c: 100.0 * v for c, v in errors.items()},
             "prediction": {c: float(p) for c, p in zip(names, pred, strict=True)}}
 
 

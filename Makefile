@@ -28,7 +28,7 @@ demo: $(STAMP)
 
 ui: $(STAMP)
 	@mkdir -p $(DAGSTER_HOME)
-	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -m pipelines.definitions
+	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_verl_reader.py

@@ -3,7 +3,8 @@
 ``refresh_catalog`` rewrites ``<root>/polytrace.duckdb`` under an OS file lock so that parallel
 ingests never meet DuckDB's single-writer lock. ``connect`` gives readers an in-memory
 connection with the same views, so queries never contend for the catalog file at all.
-Characterization modules register their views with :func:`register_view`.
+The caller says which derived views to create (``analyses.views.all_views()`` for all of them);
+this module knows only the base tables.
 """
 
 from __future__ import annotations
@@ -11,72 +12,52 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
 import duckdb
 
+from analyses.sandbox import lock_down
 from analyses.schema import TABLES, duckdb_type
-from analyses.warehouse import parquet_root, table_glob
+from analyses.warehouse import table_files
 
 CATALOG_NAME = "polytrace.duckdb"
-
-# name -> SQL body (a SELECT over the base tables and earlier views); insertion order is creation order
-_VIEWS: dict[str, str] = {}
-_VIEW_DOCS: dict[str, str] = {}
-
-
-def register_view(name: str, sql: str, doc: str = "") -> None:
-    """Register a derived view created in every catalog after the base tables."""
-    _VIEWS[name] = sql
-    _VIEW_DOCS[name] = doc
-
-
-def registered_views() -> dict[str, str]:
-    _load_view_modules()
-    return dict(_VIEWS)
-
-
-_VIEW_MODULES: tuple[str, ...] = ("analyses.views",)
-_loaded = False
-
-
-def _load_view_modules() -> None:
-    global _loaded
-    if _loaded:
-        return
-    import importlib
-
-    for mod in _VIEW_MODULES:
-        importlib.import_module(mod)
-    _loaded = True
-
 
 def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def base_table_ddl(root: Path) -> list[str]:
-    """``CREATE OR REPLACE VIEW`` for each base table: over its Parquet files, or typed and empty."""
-    out = []
+def base_table_ddl(root: Path) -> tuple[list[str], list[str]]:
+    """``CREATE OR REPLACE VIEW`` for each base table over its Parquet files (typed and empty when
+    it has none), and the files those views read."""
+    out, files = [], []
     for name, t in TABLES.items():
-        has_files = any((parquet_root(root) / name).glob("run_id=*/*.parquet"))
+        parts = table_files(root, name)
+        files.extend(parts)
         cols = ", ".join(f'"{c}"' for c in t.columns)
-        if has_files:
+        if parts:
             body = (
-                f"SELECT {cols} FROM read_parquet({_sql_str(str(table_glob(root.resolve(), name)))}, "
+                f"SELECT {cols} FROM read_parquet([{', '.join(_sql_str(f) for f in parts)}], "
                 "hive_partitioning = true, hive_types = {'run_id': 'VARCHAR'}, union_by_name = true)"
             )
         else:
             typed = ", ".join(f'CAST(NULL AS {duckdb_type(d)}) AS "{c}"' for c, d in t.columns.items())
             body = f"SELECT {typed} WHERE false"
         out.append(f'CREATE OR REPLACE VIEW "{name}" AS {body}')
-    return out
+    return out, files
 
 
-def all_ddl(root: Path) -> list[str]:
-    return base_table_ddl(root) + [f'CREATE OR REPLACE VIEW "{n}" AS {sql}' for n, sql in registered_views().items()]
+class DerivedView(Protocol):
+    name: str
+    sql: str
+
+
+def all_ddl(root: Path, views: Iterable[DerivedView] = ()) -> tuple[list[str], list[str]]:
+    """DDL for the base tables, then ``views`` in the order given; and the data files they read."""
+    ddl, files = base_table_ddl(root)
+    return ddl + [f'CREATE OR REPLACE VIEW "{v.name}" AS {v.sql}' for v in views], files
 
 
 @contextmanager
@@ -103,8 +84,15 @@ def catalog_path(root: Path) -> Path:
     return root / CATALOG_NAME
 
 
-def refresh_catalog(root: Path, retries: int = 50, on_retry: Callable[[Exception], None] | None = None) -> Path:
-    """Rewrite the catalog file's views. Safe to call from several processes at once."""
+def refresh_catalog(
+    root: Path,
+    views: Iterable[DerivedView] = (),
+    retries: int = 50,
+    on_retry: Callable[[Exception], None] | None = None,
+) -> Path:
+    """Rewrite the catalog file's base-table views (and ``views``, when given). Safe to call from
+    several processes at once. Derived views already in the file are kept: DuckDB binds a view's
+    SQL when it is queried, so they read the new base tables."""
     root.mkdir(parents=True, exist_ok=True)
     path = catalog_path(root)
     with _file_lock(root / ".catalog.lock"):
@@ -117,7 +105,7 @@ def refresh_catalog(root: Path, retries: int = 50, on_retry: Callable[[Exception
                 time.sleep(min(0.05 * (attempt + 1), 1.0))
                 continue
             try:
-                for stmt in all_ddl(root):
+                for stmt in all_ddl(root, views)[0]:
                     con.execute(stmt)
             finally:
                 con.close()
@@ -125,9 +113,16 @@ def refresh_catalog(root: Path, retries: int = 50, on_retry: Callable[[Exception
     raise TimeoutError(f"could not open {path} for writing after {retries} attempts")
 
 
-def connect(root: Path) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with every table and view of the contract by name."""
+def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with every base table and ``views`` by name.
+
+    With ``sandbox`` the connection can read the warehouse's data files and nothing else, for
+    good (:func:`analyses.sandbox.lock_down`).
+    """
     con = duckdb.connect(":memory:")
-    for stmt in all_ddl(root):
+    ddl, files = all_ddl(root, views)
+    for stmt in ddl:
         con.execute(stmt)
+    if sandbox:
+        lock_down(con, files)
     return con

@@ -7,6 +7,10 @@ several runs; functions that draw one run take a frame already filtered to it.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
@@ -14,6 +18,30 @@ from plotly.subplots import make_subplots
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 OUTLIER = "#d62728"
 TEMPLATE = "plotly_white"
+
+
+@dataclass
+class FigureSpec:
+    """A figure with a stable key (``group__figure[__run]``, file-name safe)."""
+
+    key: str
+    fig: go.Figure
+    key_figure: bool = False  # exported as PNG by default
+
+    @property
+    def drawn(self) -> bool:
+        return len(self.fig.data) > 0
+
+
+def safe_key(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", s)
+
+
+def per_run(frame: pl.DataFrame, runs: list[str], key: str, build: Callable[[pl.DataFrame, str], go.Figure],
+            key_figure: bool = False) -> list[FigureSpec]:
+    """One figure per run of ``runs`` that has rows in ``frame``, keyed ``key__<run>``."""
+    present = set(frame["run_id"].to_list()) if frame.height else set()
+    return [FigureSpec(f"{key}__{safe_key(r)}", build(frame, r), key_figure) for r in runs if r in present]
 
 
 def _color(i: int) -> str:

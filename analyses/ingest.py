@@ -19,7 +19,7 @@ import polars as pl
 from analyses.alignment import derive_step_windows
 from analyses.catalog import refresh_catalog
 from analyses.manifest import MANIFEST_NAME, RunManifest, load_manifest, sanitize_run_id
-from analyses.readers import detect
+from analyses.readers import detect, reader_by_name
 from analyses.readers.base import FileContext, UnreadableFile, read_head
 from analyses.schema import RUNS, SOURCE_FILES, STEP_METRICS
 from analyses.steps import derive_steps
@@ -44,6 +44,13 @@ class FileReport:
     sha256: str = ""
     seconds: float = 0.0
 
+    def line(self) -> str:
+        """The file's format and line accounting on one line."""
+        err = f"  [{self.status}: {self.error}]" if self.error else (f"  [{self.status}]" if self.status != "ok" else "")
+        return (f"{self.path}: {self.format}  lines={self.lines} parsed={self.rows_ok} rejected={self.rows_rejected} "
+                f"skipped={self.rows_skipped} rows={self.rows_out}"
+                + (f" superseded={self.rows_superseded}" if self.rows_superseded else "") + err)
+
 
 @dataclass
 class RunReport:
@@ -56,6 +63,11 @@ class RunReport:
     @property
     def rows_rejected(self) -> int:
         return sum(f.rows_rejected for f in self.files)
+
+    def summary_lines(self) -> list[str]:
+        """What ``polytrace ingest`` prints and the Dagster run log shows: the run, then a line per file."""
+        tables = ", ".join(f"{k}={v}" for k, v in self.table_rows.items() if v)
+        return [f"run {self.run_id}: {len(self.files)} file(s); {tables or 'no rows'}", *(f"  {f.line()}" for f in self.files)]
 
 
 ProgressFn = Callable[[str, dict], None]
@@ -102,11 +114,12 @@ def ingest_run(
     root: Path,
     run_id: str | None = None,
     progress: ProgressFn | None = None,
-    refresh: bool = True,
 ) -> RunReport:
     """Ingest ``run_path`` (a directory or one file) as one run into the warehouse at ``root``.
 
-    Re-ingesting replaces the run's partitions whole; the same inputs give identical tables.
+    Re-ingesting replaces the run's partitions whole; the same inputs give identical tables. The
+    catalog file's base-table views are refreshed; its derived views are the facade's business
+    (:meth:`analyses.api.PolyTrace.refresh_catalog`).
     """
     t0 = time.perf_counter()
     run_path = run_path.resolve()
@@ -127,8 +140,7 @@ def ingest_run(
     except BaseException:
         staging.abort()
         raise
-    if refresh:
-        refresh_catalog(root)
+    refresh_catalog(root)
     report.seconds = time.perf_counter() - t0
     emit("run_done", {"run_id": rid, "seconds": report.seconds})
     return report
@@ -163,10 +175,9 @@ def _ingest_file(
             fr.rows_ok += chunk.rows_ok
             fr.rows_rejected += chunk.rows_rejected
             fr.rows_skipped += chunk.rows_skipped
+            if chunk.step_attrs is not None and chunk.step_attrs.height:
+                _stage_attrs(staging, chunk.step_attrs, prefix)
             for table, df in chunk.tables.items():
-                if table == "steps":  # reader-provided per-step attributes, merged in _finish_run
-                    _stage_attrs(staging, df, prefix)
-                    continue
                 fr.rows_out += staging.add(table, df.with_columns(path=pl.lit(rel)) if _has_path(table) else df, prefix)
             if chunk.rejects is not None and chunk.rejects.height:
                 staging.add("rejects", chunk.rejects.with_columns(path=pl.lit(rel)), prefix)
@@ -211,22 +222,15 @@ def _done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:
     return fr
 
 
-# Which file's copy of a step metric is kept when two files of a run carry it (a wandb run directory
-# holds both the binary history and the console's output.log): exact float64 history first,
-# structured JSON next, console text (printed with rounding) last. Between files of one kind (a
-# resumed run's second log re-logs steps) the last in (path, line) order wins, as in `steps`.
-_METRIC_SOURCE_RANK = {"wandb_offline": 0, "verl_jsonl": 1}
-_CONSOLE_RANK = 2
-
-
 def _dedupe_step_metrics(staging: RunStaging, report: RunReport) -> None:
-    """Keep one row per step-metric key across the run's files; count the rest per file."""
+    """Keep one row per step-metric key across the run's files, from the most exact source
+    (:data:`analyses.readers.base.METRIC_SOURCE_BINARY` first); count the rest per file."""
     sm = staging.scan("step_metrics")
     paths = sm.select(pl.col("path").unique()).collect()["path"].to_list()
     if len(paths) < 2:
         return
     fmt = {f.path: f.format for f in report.files}
-    rank = {p: _METRIC_SOURCE_RANK.get(fmt.get(p, ""), _CONSOLE_RANK) for p in paths}
+    rank = {p: reader_by_name(fmt[p]).metric_source for p in paths}
     key = list(STEP_METRICS.key[1:])  # within one run
     full = sm.collect()
     kept = (

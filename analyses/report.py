@@ -9,30 +9,22 @@ module only arranges them.
 from __future__ import annotations
 
 import html
-import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
-import plotly.graph_objects as go
 import plotly.io as pio
 import polars as pl
 
 from analyses import figures as F
-from analyses.views import VIEW_GROUPS, open_catalog, view_doc, view_frame
-from analyses.views.headlines import format_value, headline_frame
+from analyses.figures import FigureSpec
+from analyses.markdown import format_value
+from analyses.views import View, ViewGroup, headline_frame, view_frame, view_groups
 
 DEFAULT_NAME = "polytrace_report.html"
-
-
-@dataclass
-class FigureSpec:
-    key: str  # stable, file-name safe: group__figure[__run]
-    fig: go.Figure
-    key_figure: bool = False  # exported as PNG by default
 
 
 @dataclass
@@ -43,6 +35,7 @@ class Section:
     needs: str
     headline: pl.DataFrame
     figures: list[FigureSpec] = field(default_factory=list)
+    views: tuple[View, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -61,76 +54,11 @@ class ReportResult:
         return sum(len(s.figures) for s in self.sections)
 
 
-TITLES: dict[str, tuple[str, str, str]] = {
-    # group -> (title, the question it answers, what it needs)
-    "lengths": ("Length distributions", "How long are prompts and responses, how heavy is the tail, and does it drift?",
-                "samples (prompt_tokens / response_tokens)"),
-    "step_variance": ("Per-step throughput and variance", "How much does a step's throughput and time vary, and which steps are outliers?",
-                      "steps (throughput, step / generation time from the trainer log)"),
-    "stage_breakdown": ("Stage-time breakdown", "Where does a step's time go: rollout, inference or training?",
-                        "steps (timing_s/* keys of the trainer log)"),
-    "rank_imbalance": ("Load imbalance", "How unevenly is work spread across DP ranks and across a rollout batch?",
-                       "samples with dp_rank, rank_times, or global_seqlen/* metrics"),
-    "gpu_utilization": ("GPU utilization", "How busy were the GPUs, per step where telemetry aligns?",
-                        "gpu_samples (gpu_util_pct), step_windows for per-step alignment"),
-    "tool_latency": ("Tool-call latency", "How slow are tool calls, and how heavy is their tail?", "tool_calls"),
-    "multiturn": ("Multi-turn structure", "How many turns and tool calls per trajectory, and how much prefix is cached?",
-                  "turns / samples.n_turns"),
-    "filter_waste": ("Filtering waste", "How many generation batches per step, and how much generation is discarded?",
-                     "filter_batches (DAPO filter logs)"),
-}
-
-
-def _safe(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", s)
-
-
-def _nonempty(specs: list[FigureSpec]) -> list[FigureSpec]:
-    return [s for s in specs if len(s.fig.data) > 0]
-
-
-def _per_run(frame: pl.DataFrame, runs: list[str], group: str, name: str,
-             build: Callable[[pl.DataFrame, str], go.Figure], key_figure: bool = False) -> list[FigureSpec]:
-    present = set(frame["run_id"].to_list()) if frame.height else set()
-    return [FigureSpec(f"{group}__{name}__{_safe(r)}", build(frame, r), key_figure) for r in runs if r in present]
-
-
-def _figures(con: duckdb.DuckDBPyConnection, group: str, runs: list[str]) -> list[FigureSpec]:
-    v = lambda name: view_frame(con, name, runs)  # noqa: E731
-    g = group
-    if g == "lengths":
-        cdf, q = v("length_cdf"), v("length_quantiles")
-        out = [FigureSpec(f"{g}__cdf_response", F.length_cdf_figure(cdf, q, "response"), True),
-               FigureSpec(f"{g}__cdf_prompt", F.length_cdf_figure(cdf, q, "prompt"))]
-        return out + _per_run(v("length_drift"), runs, g, "drift", F.length_drift_figure, True)
-    if g == "step_variance":
-        s = v("step_series")
-        return [FigureSpec(f"{g}__{m}", F.step_series_figure(s, m), m == "throughput_tokens_per_s")
-                for m in ("throughput_tokens_per_s", "step_time_s", "gen_time_s")]
-    if g == "stage_breakdown":
-        return _per_run(v("stage_breakdown"), runs, g, "shares", F.stage_share_figure, True)
-    if g == "rank_imbalance":
-        return _per_run(v("rank_imbalance"), runs, g, "per_step", F.imbalance_figure, True)
-    if g == "gpu_utilization":
-        return (_per_run(v("gpu_timeline"), runs, g, "timeline", F.gpu_timeline_figure, True)
-                + _per_run(v("gpu_utilization").filter(pl.col("scope") == "step"), runs, g, "per_step", F.gpu_step_figure))
-    if g == "tool_latency":
-        return [FigureSpec(f"{g}__ccdf", F.tool_latency_figure(v("tool_latency_cdf"), v("tool_latency")), True),
-                FigureSpec(f"{g}__by_turn", F.tool_latency_by_turn_figure(v("tool_latency_by_turn")))]
-    if g == "multiturn":
-        return [FigureSpec(f"{g}__pmf", F.multiturn_pmf_figure(v("multiturn_pmf")), True),
-                FigureSpec(f"{g}__by_turn", F.multiturn_by_turn_figure(v("multiturn_by_turn")))]
-    if g == "filter_waste":
-        return _per_run(v("filter_waste"), runs, g, "per_step", F.filter_waste_figure, True)
-    raise KeyError(group)
-
-
-def group_section(con: duckdb.DuckDBPyConnection, group: str, runs: list[str]) -> Section:
+def group_section(con: duckdb.DuckDBPyConnection, group: ViewGroup, runs: list[str]) -> Section:
     """The headline table and figures of one view group for ``runs``."""
-    title, question, needs = TITLES[group]
-    head = headline_frame(con, group, runs)
-    figs = _nonempty(_figures(con, group, runs)) if head.height else []
-    return Section(group, title, question, needs, head, figs)
+    head = headline_frame(con, group.name, runs)
+    figs = [f for f in group.figures(lambda name: view_frame(con, name, runs), runs) if f.drawn] if head.height else []
+    return Section(group.name, group.title, group.question, group.needs, head, figs, group.views)
 
 
 def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str]) -> Section:
@@ -147,7 +75,7 @@ def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str]) -> Secti
         FigureSpec("compare__imbalance", F.compare_imbalance_figure(view_frame(con, "rank_imbalance", runs))),
     ]
     return Section("compare", "Cross-run comparison", f"How do the {len(runs)} selected runs differ?",
-                   "several runs", head, _nonempty(figs))
+                   "several runs", head, [f for f in figs if f.drawn])
 
 
 def selected_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None) -> list[str]:
@@ -162,7 +90,7 @@ def selected_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None) ->
 
 
 def build_sections(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[Section]:
-    out = [group_section(con, g, runs) for g in VIEW_GROUPS]
+    out = [group_section(con, g, runs) for g in view_groups()]
     if len(runs) > 1:
         out.append(comparison_section(con, runs))
     return out
@@ -277,9 +205,8 @@ def _section_html(s: Section) -> str:
             div = pio.to_html(spec.fig, full_html=False, include_plotlyjs=False, div_id=f"fig-{spec.key}",
                               config={"displaylogo": False, "responsive": True})
             parts.append(f"<div class='figure' data-figure='{spec.key}'>{div}</div>")
-    views = VIEW_GROUPS.get(s.group, ())
-    if views:
-        docs = "".join(f"<li><code>{v}</code>: {html.escape(view_doc(v))}</li>" for v in views)
+    if s.views:
+        docs = "".join(f"<li><code>{v.name}</code>: {html.escape(v.doc)}</li>" for v in s.views)
         parts.append(f"<details><summary>Views and definitions</summary><ul>{docs}</ul></details>")
     parts.append("</section>")
     return "\n".join(parts)
@@ -308,22 +235,22 @@ def render_html(sections: list[Section], runs: list[str], warehouse: str, png_no
 
 
 def build_report(
-    root: Path,
-    out: Path | None = None,
+    con: duckdb.DuckDBPyConnection,
+    out: Path,
     runs: Iterable[str] | None = None,
     png: bool = True,
     png_dir: Path | None = None,
     all_pngs: bool = False,
+    source: str = "",
 ) -> ReportResult:
-    """Write the HTML report for ``runs`` (default: all) of the warehouse at ``root``.
+    """Write the HTML report for ``runs`` (default: all) of the catalog ``con`` to ``out``.
 
     PNGs of the key figures (every figure with ``all_pngs``) go to ``png_dir`` (default: a
     ``<out stem>_png`` directory beside the HTML) when ``png`` and a browser is available.
+    ``source`` names the warehouse in the report's header.
     """
-    con = open_catalog(root)
     chosen = selected_runs(con, runs)
     sections = build_sections(con, chosen)
-    out = out if out is not None else root / DEFAULT_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
     pngs: dict[str, Path] = {}
     note: str | None = "PNG export not requested"
@@ -331,6 +258,6 @@ def build_report(
         specs = [f for s in sections for f in s.figures if all_pngs or f.key_figure]
         pngs, note = write_pngs(specs, png_dir if png_dir is not None else out.with_name(out.stem + "_png"))
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(render_html(sections, chosen, str(root.resolve()), note), encoding="utf-8")
+    tmp.write_text(render_html(sections, chosen, source, note), encoding="utf-8")
     tmp.replace(out)
     return ReportResult(out, sections, pngs, note)

@@ -196,6 +196,10 @@ TOOL_CALLS = Table(
     key=("run_id", "step", "sample_id", "turn", "call_index"),
 )
 
+# tool_calls.status values that mean the call returned normally (compared lower-cased); any other
+# non-NULL status is a failure, NULL is neither
+TOOL_OK_STATUSES = ("success", "ok", "succeeded")
+
 RANK_TIMES = Table(
     "rank_times",
     "run × step × rank × phase",

@@ -34,8 +34,9 @@ def partition_dir(root: Path, table: str, run_id: str) -> Path:
     return parquet_root(root) / table / f"run_id={run_id}"
 
 
-def table_glob(root: Path, table: str) -> str:
-    return str(parquet_root(root) / table / "run_id=*" / "*.parquet")
+def table_files(root: Path, table: str) -> list[str]:
+    """Every Parquet file of ``table`` (absolute paths, sorted)."""
+    return sorted(str(p) for p in (parquet_root(root.resolve()) / table).glob("run_id=*/*.parquet"))
 
 
 def write_part(df: pl.DataFrame, table: Table, path: Path) -> int:

@@ -6,12 +6,14 @@ every view and fit reads columns by name and type, and unique ordered steps, sin
 step double-counts in every per-step aggregate. The others report without blocking.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: Dagster checks the `context` annotation of an
+# asset, check or sensor at definition time and refuses a string.
 
 from collections.abc import Iterator
 from typing import Any
 
 from dagster import (
+    AssetCheckExecutionContext,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
@@ -59,7 +61,7 @@ def _meta_value(v: Any) -> Any:
     ],
     name="table_schemas",
 )
-def table_schemas(context, warehouse: WarehouseResource) -> Iterator[AssetCheckResult]:
+def table_schemas(context: AssetCheckExecutionContext, warehouse: WarehouseResource) -> Iterator[AssetCheckResult]:
     for name in TABLES:
         yield _result(
             tc.check_schema_partition(warehouse.root_path, name, context.partition_key),
@@ -69,7 +71,7 @@ def table_schemas(context, warehouse: WarehouseResource) -> Iterator[AssetCheckR
 
 
 @asset_check(asset="steps", blocking=True, partitions_def=runs_partitions)
-def unique_ordered_steps(context, warehouse: WarehouseResource) -> AssetCheckResult:
+def unique_ordered_steps(context: AssetCheckExecutionContext, warehouse: WarehouseResource) -> AssetCheckResult:
     """One row per training step, no null step, ascending step order within the run."""
     return _result(tc.check_steps_partition(warehouse.root_path, context.partition_key))
 
@@ -86,7 +88,7 @@ def unique_ordered_steps(context, warehouse: WarehouseResource) -> AssetCheckRes
     ],
     name="table_times",
 )
-def table_times(context, warehouse: WarehouseResource) -> Iterator[AssetCheckResult]:
+def table_times(context: AssetCheckExecutionContext, warehouse: WarehouseResource) -> Iterator[AssetCheckResult]:
     for name in tc.TIME_TABLES:
         yield _result(
             tc.check_non_negative_partition(warehouse.root_path, name, context.partition_key),
@@ -102,7 +104,7 @@ def table_times(context, warehouse: WarehouseResource) -> Iterator[AssetCheckRes
     description=f"Rejected lines are at most {tc.MAX_REJECT_SHARE:.0%} of the run's candidate lines "
     "(parsed + rejected; skipped noise left out). Warns; lists the worst files and top reasons.",
 )
-def reject_share(context, warehouse: WarehouseResource) -> AssetCheckResult:
+def reject_share(context: AssetCheckExecutionContext, warehouse: WarehouseResource) -> AssetCheckResult:
     return _result(
         tc.check_rejects_partition(warehouse.root_path, context.partition_key),
         severity=AssetCheckSeverity.WARN,
@@ -110,6 +112,6 @@ def reject_share(context, warehouse: WarehouseResource) -> AssetCheckResult:
 
 
 @asset_check(asset="source_files", partitions_def=runs_partitions)
-def lines_accounted(context, warehouse: WarehouseResource) -> AssetCheckResult:
+def lines_accounted(context: AssetCheckExecutionContext, warehouse: WarehouseResource) -> AssetCheckResult:
     """Every input line of every readable file is parsed, rejected or skipped: ok + rejected + skipped == lines."""
     return _result(tc.check_lines_accounted_partition(warehouse.root_path, context.partition_key))

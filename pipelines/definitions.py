@@ -1,13 +1,14 @@
 """The code location: ``dagster dev -m pipelines.definitions`` loads ``defs``.
 
-Assets and checks come from the stage modules listed in ``pipelines.assets.STAGE_MODULES``
+Assets and checks come from every stage module of ``pipelines.assets``
 (plus ``pipelines.checks``). Two jobs cover everything:
 
 - ``ingest_run_job`` (one run per ``runs`` partition; the sensor launches it): every
   runs-partitioned asset with its checks, then ``warehouse_catalog`` so that a run's tables
   are queryable as soon as its job ends;
-- ``cross_run_job``: every asset that is not runs-partitioned (cross-run views, fits, exports);
-  ``cross_run_sensor`` launches it once a burst of ingest runs has finished.
+- ``cross_run_job``: every asset that is not runs-partitioned (cross-run views, fits, exports).
+  They carry ``AutomationCondition.eager()``; the ``cross_run_automation`` sensor refreshes them
+  once a burst of ingests has finished, however those were launched.
 
 Dagster's DuckDBResource (dagster-duckdb) is deliberately not used: see ``pipelines.resources``.
 """
@@ -31,7 +32,7 @@ from pipelines import checks
 from pipelines.assets import stage_modules
 from pipelines.partitions import RUNS_PARTITIONS_NAME
 from pipelines.resources import WarehouseResource
-from pipelines.sensors import CROSS_RUN_JOB_NAME, INGEST_JOB_NAME, cross_run_sensor, run_dirs_sensor
+from pipelines.sensors import CROSS_RUN_JOB_NAME, INGEST_JOB_NAME, cross_run_automation, run_dirs_sensor
 
 CATALOG_KEY = AssetKey("warehouse_catalog")
 
@@ -61,16 +62,17 @@ def build_defs(warehouse: WarehouseResource | None = None) -> Definitions:
         selection=AssetSelection.assets(*per_run) | AssetSelection.assets(CATALOG_KEY),
         description="Ingest one run (partition) into every table, check the tables, refresh the catalog.",
     )
+    cross_run = AssetSelection.all() - AssetSelection.assets(*per_run)
     cross_run_job = define_asset_job(
         CROSS_RUN_JOB_NAME,
-        selection=AssetSelection.all() - AssetSelection.assets(*per_run),
+        selection=cross_run,
         description="Everything that reads across runs: the catalog, characterization views, fits, exports.",
     )
     return Definitions(
         assets=assets,
         asset_checks=asset_checks,
         jobs=[ingest_job, cross_run_job],
-        sensors=[run_dirs_sensor, cross_run_sensor],
+        sensors=[run_dirs_sensor, cross_run_automation(cross_run)],
         resources={"warehouse": warehouse if warehouse is not None else WarehouseResource.from_env()},
         # Runs (= run partitions) are the unit of parallelism: the UI and the sensor launch one
         # process per run. Inside a run the steps are short and mostly sequential (ingest, then

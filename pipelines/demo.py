@@ -19,8 +19,12 @@ from pathlib import Path
 
 from dagster import AssetKey, DagsterInstance, Definitions, ExecuteInProcessResult
 
+from analyses.api import REPORT_NAME, PolyTrace
+from analyses.fit.fidelity_table import fidelity_table
+from pipelines.definitions import CATALOG_KEY, build_defs
 from pipelines.partitions import RUNS_PARTITIONS_NAME, is_valid_key, run_dirs_by_id
 from pipelines.resources import DEFAULT_LOGS_ROOT, ENV_LOGS_ROOT, WarehouseResource
+from pipelines.sensors import CROSS_RUN_JOB_NAME, INGEST_JOB_NAME
 
 DEFAULT_DAGSTER_HOME = ".dagster_home"
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -69,9 +73,6 @@ def materialize_all(
 ) -> DemoResult:
     """Add a partition per run directory, run the per-run job per partition, then the cross-run job
     (all of it, or only ``cross_run_keys``; an empty list skips it)."""
-    from pipelines.definitions import CATALOG_KEY, CROSS_RUN_JOB_NAME
-    from pipelines.sensors import INGEST_JOB_NAME
-
     runs = [rid for rid in run_dirs_by_id(logs_root) if is_valid_key(rid)]
     existing = set(instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME))
     new = [r for r in runs if r not in existing]
@@ -122,9 +123,7 @@ def _tally(res: ExecuteInProcessResult, label: str, into: CheckSummary) -> None:
 
 
 def headline_figures(root: Path) -> list[tuple[str, object]]:
-    from analyses.catalog import connect
-
-    con = connect(root)
+    con = PolyTrace(root).connect()
     try:
         return [(label, con.execute(sql).fetchone()[0]) for label, sql in HEADLINES]  # type: ignore[index]
     finally:
@@ -205,13 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(DEFAULT_DAGSTER_HOME).resolve())))
     ensure_instance_home(home)
 
-    from pipelines.definitions import build_defs
-
     warehouse = WarehouseResource(root=str(root), logs_root=str(logs_root))
     defs = build_defs(warehouse)
     with DagsterInstance.get() as instance:
-        from pipelines.definitions import CATALOG_KEY
-
         result = materialize_all(
             defs,
             instance,
@@ -239,16 +234,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{label}={value:,}" if isinstance(value, int) else f"{label}={value}" for label, value in figures
         )
     )
-    from pipelines.assets.characterize import report_path  # written by the characterization_report asset
-
-    if report_path(root).exists():
-        print(
-            f"report: {report_path(root)}  (self-contained HTML; key figures as PNG in {report_path(root).parent / 'png'})"
-        )
-    from pipelines.assets.fit import score_lines  # fidelity of the fitted generator, per run
-
-    for line in score_lines(root):
-        print(line)
+    pt = PolyTrace(root)
+    report = pt.layout.reports / REPORT_NAME  # written by the characterization_report asset
+    if report.exists():
+        print(f"report: {report}  (self-contained HTML; key figures as PNG in {report.parent / 'png'})")
+    scores = pt.fidelity_results()  # written by the workload_specs asset
+    if scores:
+        print("workload fidelity (held-out steps; ours vs PolyTrace's histogram):")
+        print(fidelity_table(scores))
     print(f"dagster instance: {home}  (see the runs with `make ui`, http://127.0.0.1:3000)")
     print(f"took {time.perf_counter() - t0:.1f}s")
     return 0 if result.success else 1

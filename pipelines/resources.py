@@ -16,7 +16,7 @@ import duckdb
 import polars as pl
 from dagster import ConfigurableResource
 
-from analyses.catalog import connect
+from analyses.api import PolyTrace
 from analyses.warehouse import default_root, scan_table
 from pipelines.partitions import find_run_dir
 
@@ -56,6 +56,11 @@ class WarehouseResource(ConfigurableResource):
     def scan(self, table: str, run_ids: list[str] | None = None) -> pl.LazyFrame:
         return scan_table(self.root_path, table, run_ids)
 
+    @property
+    def polytrace(self) -> PolyTrace:
+        """The facade over this warehouse: what every asset calls."""
+        return PolyTrace(self.root_path)
+
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with every table and view by name."""
-        return connect(self.root_path)
+        return self.polytrace.connect()

@@ -8,7 +8,8 @@ A run the cursor has not seen (first tick, or a reset cursor) is compared with t
 recorded by its last ingest, so restarting the UI does not re-ingest unchanged runs.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: Dagster checks the `context` annotation of an
+# asset, check or sensor at definition time and refuses a string.
 
 import json
 import time
@@ -19,12 +20,12 @@ from pathlib import Path
 from dagster import (
     AssetKey,
     AssetRecordsFilter,
-    DagsterRunStatus,
+    AssetSelection,
+    AutomationConditionSensorDefinition,
     DefaultSensorStatus,
     RunRequest,
-    RunsFilter,
+    SensorEvaluationContext,
     SensorResult,
-    SkipReason,
     sensor,
 )
 
@@ -40,6 +41,7 @@ from pipelines.resources import WarehouseResource
 
 INGEST_JOB_NAME = "ingest_run_job"  # defined in pipelines.definitions (the per-run selection)
 CROSS_RUN_JOB_NAME = "cross_run_job"  # defined in pipelines.definitions (everything else)
+CROSS_RUN_AUTOMATION = "cross_run_automation"
 SETTLE_SECONDS = 10.0
 MIN_INTERVAL_SECONDS = 30
 FINGERPRINT_ASSET = AssetKey("runs")
@@ -125,7 +127,7 @@ def _load_cursor(raw: str | None) -> dict[str, str]:
     description="Watches $POLYTRACE_LOGS_ROOT (default sample_logs/): adds a `runs` partition per run "
     "directory and ingests new or changed ones.",
 )
-def run_dirs_sensor(context, warehouse: WarehouseResource) -> SensorResult:
+def run_dirs_sensor(context: SensorEvaluationContext, warehouse: WarehouseResource) -> SensorResult:
     instance = context.instance
 
     def last_ingested(rid: str) -> str | None:
@@ -170,37 +172,14 @@ def run_dirs_sensor(context, warehouse: WarehouseResource) -> SensorResult:
     )
 
 
-IN_FLIGHT = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-]
-RECENT_RUNS = 50  # ingest runs looked at for the latest end time
-
-
-@sensor(
-    job_name=CROSS_RUN_JOB_NAME,
-    minimum_interval_seconds=MIN_INTERVAL_SECONDS,
-    default_status=DefaultSensorStatus.RUNNING,
-    description="Once no ingest run is queued or running, runs the cross-run job (catalog, characterization, "
-    "fits, exports) if an ingest succeeded since the cross-run job last started: one refresh per burst of runs.",
-)
-def cross_run_sensor(context) -> RunRequest | SkipReason:
-    instance = context.instance
-    busy = instance.get_runs_count(RunsFilter(job_name=INGEST_JOB_NAME, statuses=IN_FLIGHT))
-    busy += instance.get_runs_count(RunsFilter(job_name=CROSS_RUN_JOB_NAME, statuses=IN_FLIGHT))
-    if busy:
-        return SkipReason(f"{busy} ingest or cross-run run(s) queued or in progress; waiting for them")
-    done = instance.get_run_records(
-        RunsFilter(job_name=INGEST_JOB_NAME, statuses=[DagsterRunStatus.SUCCESS]), limit=RECENT_RUNS
+def cross_run_automation(cross_run: AssetSelection) -> AutomationConditionSensorDefinition:
+    """Evaluates the cross-run assets' ``AutomationCondition.eager()``: once the per-run tables of
+    some run were materialized (by the run-directory sensor, the UI, the demo or a backfill) and no
+    upstream is still in progress, the catalog, views, report, fits and exports refresh once."""
+    return AutomationConditionSensorDefinition(
+        CROSS_RUN_AUTOMATION,
+        target=cross_run,
+        default_status=DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=MIN_INTERVAL_SECONDS,
+        description="Refreshes the cross-run assets (catalog, characterization, fits, exports) after ingests.",
     )
-    ended = [r for r in done if r.end_time is not None]
-    if not ended:
-        return SkipReason("no successful ingest run yet")
-    latest = max(ended, key=lambda r: r.end_time or 0.0)
-    last_cross = instance.get_run_records(RunsFilter(job_name=CROSS_RUN_JOB_NAME), limit=1)
-    started = (last_cross[0].start_time or last_cross[0].create_timestamp.timestamp()) if last_cross else None
-    if started is not None and started >= (latest.end_time or 0.0):
-        return SkipReason("the cross-run job already ran after the latest ingest")
-    return RunRequest(run_key=f"after-{latest.dagster_run.run_id}")

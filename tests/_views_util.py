@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.catalog import connect
+from analyses.api import PolyTrace
 from analyses.warehouse import RunStaging
 
 
@@ -24,7 +24,7 @@ def rows(con, sql: str) -> list[dict]:  # noqa: ANN001 - duckdb connection
 
 
 def open_wh(root: Path):  # noqa: ANN201
-    return connect(root)
+    return PolyTrace(root).connect()
 
 
 def build_demo_warehouse(root: Path, seed: int = 7) -> list[str]:

@@ -175,7 +175,7 @@ def test_ingest_writes_step_windows_and_utilization_joins(tmp_path):
     )
     (run / "smi.csv").write_bytes((FIX / "clock_jump.csv").read_bytes())
     wh = tmp_path / "wh"
-    ingest_run(run, wh, refresh=False)
+    ingest_run(run, wh)
     w = scan_table(wh, "step_windows").collect().sort("step")
     assert w["method"].to_list() == [METHOD_CUMSUM, METHOD_CUMSUM]
     assert w["end_ts"].to_list() == [t(10, 0, 20), t(10, 0, 50)]

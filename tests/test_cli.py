@@ -97,7 +97,7 @@ def test_progress_on_a_terminal_counts_files_bytes_and_rows(tmp_path: Path) -> N
     progress = IngestProgress(enabled=True, console=Console(file=buf, force_terminal=True, width=160))
     with progress:  # two runs in a row: task ids outlive removed tasks
         for run in (root / "demo", root / "second"):
-            ingest_run(run, tmp_path / "wh", progress=progress.event, refresh=False)
+            ingest_run(run, tmp_path / "wh", progress=progress.event)
     # files restart per run (the second has 2); rows add up over the session:
     # 3 step lines x 2 metrics in the first run + 2 lines x 1 metric in the second
     assert progress._files == 2 and progress._rows == 8

@@ -27,6 +27,8 @@ from pipelines.sensors import INGEST_JOB_NAME, RunDirState, plan_tick, run_dirs_
 
 # The committed snapshot. A stage that adds assets or checks updates these lists on purpose.
 # the characterize stage (pipelines/assets/characterize.py): one asset per view group and the report
+REPO = Path(__file__).resolve().parents[1]
+
 CHARACTERIZE_KEYS = [
     "characterization_report",
     "filter_waste_view",
@@ -97,7 +99,7 @@ def test_code_location_loads_like_dagster_dev(tmp_path: Path, monkeypatch: pytes
     from dagster_shared.cli import WorkspaceOpts
 
     monkeypatch.setenv("POLYTRACE_WAREHOUSE", str(tmp_path / "wh"))
-    opts = WorkspaceOpts(module_name=("pipelines.definitions",))
+    opts = WorkspaceOpts(workspace=(str(REPO / "workspace.yaml"),))
     with (
         instance_for_test() as instance,
         get_workspace_from_cli_opts(
@@ -105,8 +107,8 @@ def test_code_location_loads_like_dagster_dev(tmp_path: Path, monkeypatch: pytes
         ) as ws,
     ):
         entries = ws.get_code_location_entries()
-        assert list(entries) == ["pipelines.definitions"]
-        entry = entries["pipelines.definitions"]
+        assert list(entries) == ["polytrace"]  # the location's name in the UI
+        entry = entries["polytrace"]
         assert entry.load_error is None, entry.load_error
         (repo,) = entry.code_location.get_repositories().values()
         assert (
@@ -114,7 +116,7 @@ def test_code_location_loads_like_dagster_dev(tmp_path: Path, monkeypatch: pytes
         )
         checks = sorted(f"{c.asset_key.to_user_string()}:{c.name}" for c in repo.get_asset_check_node_snaps())
         assert checks == EXPECTED_CHECK_KEYS
-        assert sorted(s.name for s in repo.get_sensors()) == ["cross_run_sensor", "run_dirs_sensor"]
+        assert sorted(s.name for s in repo.get_sensors()) == ["cross_run_automation", "run_dirs_sensor"]
         assert {INGEST_JOB_NAME, CROSS_RUN_JOB_NAME} <= {j.name for j in repo.get_all_jobs()}
         ws.asset_graph.validate_partitions()
 

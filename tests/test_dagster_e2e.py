@@ -10,13 +10,12 @@ from dagster import (
     AssetCheckSeverity,
     AssetKey,
     DagsterInstance,
-    RunRequest,
-    SkipReason,
-    build_sensor_context,
+    evaluate_automation_conditions,
 )
 
 from analyses import table_checks
-from analyses.catalog import catalog_path, connect
+from analyses.api import PolyTrace
+from analyses.catalog import catalog_path
 from analyses.ingest import ingest_run
 from analyses.metadata import run_row_counts
 from analyses.schema import STEPS, TABLES
@@ -26,7 +25,7 @@ from pipelines.demo import main as demo_main
 from pipelines.demo import materialize_all
 from pipelines.partitions import RUNS_PARTITIONS_NAME, run_dirs_by_id
 from pipelines.resources import WarehouseResource
-from pipelines.sensors import INGEST_JOB_NAME, cross_run_sensor
+from pipelines.sensors import INGEST_JOB_NAME
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_LOGS = REPO / "sample_logs"
@@ -125,7 +124,7 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
         assert result.cross_run is not None and result.cross_run.success
         assert _mat(result.cross_run, "warehouse_catalog").metadata["runs"].value == 2
         assert catalog_path(root).exists()
-        con = connect(root)
+        con = PolyTrace(root).connect()
         assert con.execute("SELECT count(*) FROM steps").fetchone()[0] == 5
         con.close()
 
@@ -135,19 +134,20 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
         assert scan_table(root, "steps").collect().height == 5
 
 
-def test_cross_run_sensor_waits_for_a_burst_of_ingests(tmp_path: Path, tiny_logs: Path) -> None:
+def test_cross_run_assets_refresh_after_ingests(tmp_path: Path, tiny_logs: Path) -> None:
+    """Declarative automation: nothing to do before any ingest; after ingests (however launched)
+    the catalog is requested, and once the cross-run assets ran it is not requested again."""
     defs, _root = _defs(tmp_path, tiny_logs)
     with DagsterInstance.ephemeral() as instance:
-        nothing_yet = cross_run_sensor(build_sensor_context(instance=instance))
-        assert isinstance(nothing_yet, SkipReason) and "no successful ingest" in (
-            nothing_yet.skip_message or ""
-        )
+        first = evaluate_automation_conditions(defs, instance)
+        catalog = first.get_num_requested(CATALOG_KEY)
         materialize_all(defs, instance, tiny_logs, cross_run_keys=[])  # two ingest runs, no cross-run job
-        req = cross_run_sensor(build_sensor_context(instance=instance))
-        assert isinstance(req, RunRequest) and req.run_key and req.run_key.startswith("after-")
-        materialize_all(defs, instance, tiny_logs, cross_run_keys=[CATALOG_KEY])  # ingests, then cross-run
-        skip = cross_run_sensor(build_sensor_context(instance=instance))
-        assert isinstance(skip, SkipReason) and "already ran" in (skip.skip_message or "")
+        after = evaluate_automation_conditions(defs, instance, cursor=first.cursor)
+        assert after.get_num_requested(CATALOG_KEY) == 1
+        materialize_all(defs, instance, tiny_logs, cross_run_keys=[CATALOG_KEY])  # ingests, then the catalog
+        settled = evaluate_automation_conditions(defs, instance, cursor=after.cursor)
+        assert settled.get_num_requested(CATALOG_KEY) == 0
+    assert catalog in (0, 1)  # on an empty instance a missing catalog may be requested once
 
 
 def test_blocking_schema_check_stops_downstream(
@@ -219,7 +219,7 @@ def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch
 
     lib_root = tmp_path / "lib"
     for rid, d in runs.items():
-        ingest_run(d, lib_root, run_id=rid, refresh=False)
+        ingest_run(d, lib_root, run_id=rid)
     for rid in runs:
         assert run_row_counts(root, rid) == run_row_counts(lib_root, rid), rid
         # materialization metadata agrees with the tables

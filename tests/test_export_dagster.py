@@ -8,12 +8,14 @@ from pathlib import Path
 from _fit_synth import synth_samples
 from dagster import materialize
 
-from analyses.fit.exporters import export
-from analyses.fit.spec import build_spec, read_spec
+from analyses.api import PolyTrace
+from analyses.export.registry import export
+from analyses.export.spec import build_spec, read_spec
+from analyses.fit.fidelity_table import fidelity_table
 from analyses.fit.workload import fit_workload
 from analyses.ingest import ingest_run
 from pipelines.assets.export import workload_exports
-from pipelines.assets.fit import score_lines, spec_path, workload_specs
+from pipelines.assets.fit import workload_specs
 from pipelines.resources import WarehouseResource
 
 
@@ -31,8 +33,8 @@ def test_fit_and_export_assets(tmp_path: Path) -> None:
     meta = spec_mat.metadata
     assert meta["runs_fitted"].value == 1
     assert 0 < meta["accuracy_pct/synthrun"].value <= 100 and 0 < meta["baseline_accuracy_pct/synthrun"].value <= 100
-    assert "| synthrun |" in meta["fidelity"].value
-    spec = read_spec(spec_path(root, "synthrun"))
+    assert "synthrun" in meta["fidelity"].value
+    spec = read_spec(PolyTrace(root).layout.spec_path("synthrun"))
     assert spec["workloads"]["synthrun"]["batch"]["n_steps"] == 6
     (exp_mat,) = [m for m in res.asset_materializations_for_node("workload_exports")]
     assert exp_mat.metadata["runs_exported"].value == 1
@@ -40,7 +42,6 @@ def test_fit_and_export_assets(tmp_path: Path) -> None:
     fmts = sorted(p.name for p in (root / "exports" / "synthrun").iterdir())
     assert fmts == sorted(["aiperf", "mooncake", "polytrace-params", "polytrace-v1", "polytrace-v2", "vidur"])
     assert len(list((root / "exports" / "synthrun" / "polytrace-v2").glob("packed_lengths_step_*.jsonl"))) == 6
-    lines = score_lines(root)
-    assert lines and "synthrun" in "\n".join(lines)
+    assert "synthrun" in fidelity_table(PolyTrace(root).fidelity_results())
     saved = json.loads((root / "fits" / "fidelity.json").read_text())
     assert saved[0]["run_id"] == "synthrun" and "real_per_step" not in saved[0]

@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 from _fit_synth import synth_multiturn, synth_samples
 
-from analyses.fit.exporters import FORMATS, export
-from analyses.fit.sampler import generate, steps_for
-from analyses.fit.spec import build_spec
+from analyses.export.registry import export, format_names
+from analyses.export.sampler import generate, steps_for
+from analyses.export.spec import build_spec
 from analyses.fit.workload import fit_workload
 from analyses.ingest import ingest_run
 from analyses.warehouse import scan_table
@@ -102,7 +102,7 @@ def test_unknown_format_and_workload_are_errors(single, tmp_path: Path):
         export(single, "csv", tmp_path)
     with pytest.raises(KeyError):
         export(single, "polytrace-v2", tmp_path, workload="nope")
-    assert set(FORMATS) == {"polytrace-v2", "polytrace-v1", "polytrace-params", "vidur", "mooncake", "aiperf"}
+    assert set(format_names()) == {"polytrace-v2", "polytrace-v1", "polytrace-params", "vidur", "mooncake", "aiperf"}
 
 
 def _generated(spec: dict, steps: int, seed: int):
@@ -153,7 +153,7 @@ def test_multiturn_v2_round_trip(multi, tmp_path: Path):
 
 def test_cli_export_and_sample(single, tmp_path: Path, capsys):
     from analyses.cli import main
-    from analyses.fit.spec import write_spec
+    from analyses.export.spec import write_spec
 
     spec = write_spec(single, tmp_path / "spec.json")
     assert main(["export", "--spec", str(spec), "--format", "vidur", "--out", str(tmp_path / "v"), "--steps", "2"]) == 0

@@ -8,9 +8,10 @@ import polars as pl
 import pytest
 from _fit_synth import synth_samples
 
+from analyses.export.formats.polytrace_params import scipy_marginal
+from analyses.export.sampler import generate, scaled_ppf
+from analyses.export.spec import build_spec, validate_spec
 from analyses.fit.empirical import EmpiricalTailFit, fit_empirical_tail
-from analyses.fit.exporters import _scipy_marginal
-from analyses.fit.sampler import _scaled_ppf, generate
 from analyses.fit.select import (
     CANDIDATES,
     cv_seeds,
@@ -19,7 +20,6 @@ from analyses.fit.select import (
     recent_window,
     validated_steps,
 )
-from analyses.fit.spec import build_spec, validate_spec
 from analyses.fit.workload import marginal
 
 
@@ -59,9 +59,9 @@ def test_drift_scales_the_body_not_the_cap_mass():
     # knots 10..20, no tail, half the mass at the cap 100
     m = EmpiricalTailFit([10.0, 20.0], 0.0, 0.0, 1.0, 100.0, 100.0, 0.5, 10, 5)
     # u = 0.25 -> v = 0.5 -> 15; factor 2 -> 30; u = 0.75 is the cap whatever the factor
-    assert _scaled_ppf(m, np.array([0.25, 0.75]), 2.0).tolist() == [30, 100]
+    assert scaled_ppf(m, np.array([0.25, 0.75]), 2.0).tolist() == [30, 100]
     # a factor that pushes the body past the cap is clipped at it
-    assert _scaled_ppf(m, np.array([0.25]), 10.0).tolist() == [100]
+    assert scaled_ppf(m, np.array([0.25]), 10.0).tolist() == [100]
 
 
 def test_origins_and_recent_window_by_hand():
@@ -95,7 +95,7 @@ def test_selected_fit_is_validated_inside_the_fitted_steps_and_exportable():
     assert validate_spec(build_spec({"sel": w}, ["sel"])) == []
     g = generate(w, [6, 7], seed=0).samples
     assert g.height == 2 * 16 * 4 and int(g["response_tokens"].max()) <= 2000
-    out = _scipy_marginal(w["variables"]["response_tokens"])
+    out = scipy_marginal(w["variables"]["response_tokens"])
     assert "type" in out and out.get("censor_at") == 2000
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _fit_synth import synth_multiturn, synth_samples
 
-from analyses.fit.spec import SCHEMA_PATH, SpecError, build_spec, read_spec, validate_spec, write_spec
+from analyses.export.spec import SCHEMA_PATH, SpecError, build_spec, read_spec, validate_spec, write_spec
 from analyses.fit.workload import fit_workload
 
 

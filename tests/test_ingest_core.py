@@ -12,7 +12,8 @@ import duckdb
 import polars as pl
 import pytest
 
-from analyses.catalog import catalog_path, connect
+from analyses.api import PolyTrace
+from analyses.catalog import catalog_path
 from analyses.ingest import ingest_run
 from analyses.schema import TABLES
 from analyses.warehouse import parquet_root, scan_table
@@ -116,7 +117,7 @@ def test_catalog_file_has_every_table_by_name(tmp_path: Path, warehouse: Path) -
 
 def test_empty_warehouse_views_are_typed(warehouse: Path) -> None:
     warehouse.mkdir(parents=True)
-    con = connect(warehouse)
+    con = PolyTrace(warehouse).connect()
     assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 0
     cols = [r[0] for r in con.execute("DESCRIBE samples").fetchall()]
     assert cols == list(TABLES["samples"].columns)
@@ -139,7 +140,7 @@ def test_two_runs_ingested_concurrently_both_land(tmp_path: Path, warehouse: Pat
     ]
     errs = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errs
-    con = connect(warehouse)
+    con = PolyTrace(warehouse).connect()
     got = con.execute("SELECT run_id, count(*) FROM steps GROUP BY 1 ORDER BY 1").fetchall()
     assert got == [("run0", 200), ("run1", 201)]
     con2 = duckdb.connect(str(catalog_path(warehouse)), read_only=True)

@@ -116,7 +116,7 @@ def test_real_alibaba_pod_duty_cycle(real_file):
 @pytest.mark.real_logs
 def test_real_alibaba_dir_with_archive_ingests_once(real_file, warehouse, tmp_path):
     d = real_file("alibaba_genai_gpu_util")
-    rep = ingest_run(d, warehouse, refresh=False)
+    rep = ingest_run(d, warehouse)
     files = {f.path: f for f in rep.files}
     # the archive holds the CSV beside it byte for byte (PROVENANCE): skipped whole, counted
     arc = files["pod_gpu_duty_cycle_anon.tar.gz"]
@@ -126,7 +126,7 @@ def test_real_alibaba_dir_with_archive_ingests_once(real_file, warehouse, tmp_pa
     solo = tmp_path / "solo"
     solo.mkdir()
     shutil.copy(d / "pod_gpu_duty_cycle_anon.tar.gz", solo)
-    rep = ingest_run(solo, warehouse, refresh=False)
+    rep = ingest_run(solo, warehouse)
     assert rep.files[0].rows_out == 157417 and rep.files[0].rows_ok == 157417
 
 

@@ -256,7 +256,7 @@ def test_truncated_gzip_through_ingest_is_partial_not_an_error(tmp_path: Path) -
     run = tmp_path / "run"
     run.mkdir()
     (run / "t_rank-6.json.gz").write_bytes((KDIR / "truncated_gzip_rank-6.json.gz").read_bytes())
-    (f,) = ingest_run(run, tmp_path / "wh", refresh=False).files
+    (f,) = ingest_run(run, tmp_path / "wh").files
     assert (f.format, f.status) == ("kineto_trace", "partial")  # was ("unknown", "error")
     assert (f.lines, f.rows_ok, f.rows_rejected) == (16, 11, 1)  # as test_truncated_gzip_is_not_fatal
 

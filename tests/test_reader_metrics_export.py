@@ -35,11 +35,10 @@ def _read(
     if batch_lines is not None:
         reader.batch_lines = batch_lines
     chunks: list[Chunk] = list(reader.read(FileContext("r", path, path.name, RunManifest())))
-    tables = {
-        t: pl.concat([c.tables[t] for c in chunks if t in c.tables])
-        for t in ("step_metrics", "steps")
-        if any(t in c.tables for c in chunks)
-    }
+    tables = {"step_metrics": pl.concat([c.tables["step_metrics"] for c in chunks if "step_metrics" in c.tables])}
+    attrs = [c.step_attrs for c in chunks if c.step_attrs is not None]
+    if attrs:
+        tables["steps"] = pl.concat(attrs)
     rej = pl.concat([c.rejects for c in chunks if c.rejects is not None])
     acc = {k: sum(getattr(c, k) for c in chunks) for k in ACC}
     assert acc["rows_ok"] + acc["rows_rejected"] + acc["rows_skipped"] == acc["lines"]

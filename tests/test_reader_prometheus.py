@@ -160,7 +160,7 @@ def test_real_t4_under_load_values(real_file):
 @pytest.mark.real_logs
 def test_real_dcgm_dir_ingests(real_file, warehouse):
     d = real_file("dcgm_prometheus")
-    rep = ingest_run(d, warehouse, refresh=False)
+    rep = ingest_run(d, warehouse)
     assert {f.format for f in rep.files} == {"prometheus_text"}
     # 20 + 23 from the .prom files, 20 + 23 from the .md files that embed the same scrapes
     assert scan_table(warehouse, "gpu_samples").select(pl.len()).collect().item() == 86
@@ -202,7 +202,7 @@ def test_bad_telemetry_file_never_sinks_the_run(tmp_path):
     (run_dir / "scrape.prom").write_bytes((FIX / "scrape_with_timestamps.prom").read_bytes())
     (run_dir / "cut.prom").write_bytes((FIX / "partial_scrape_cut_mid_line.prom").read_bytes())
     (run_dir / "err.json").write_text('{"status":"error","data":{"resultType":"matrix","result":[]}}')
-    rep = ingest_run(run_dir, tmp_path / "wh", refresh=False)
+    rep = ingest_run(run_dir, tmp_path / "wh")
     status = {f.path: f.status for f in rep.files}
     assert status == {"scrape.prom": "ok", "cut.prom": "partial", "err.json": "error"}
     # 6 samples from the full scrape + 3 from the cut one

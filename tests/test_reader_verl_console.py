@@ -44,7 +44,7 @@ class Read:
             if rej
             else pl.DataFrame(schema={"line_no": pl.Int64, "reason": pl.String, "raw": pl.String})
         )
-        attrs = [c.tables["steps"] for c in chunks if "steps" in c.tables]
+        attrs = [c.step_attrs for c in chunks if c.step_attrs is not None]
         self.attrs = pl.concat(attrs).sort("step") if attrs else pl.DataFrame()
 
     def value(self, step: int, metric: str) -> float:
@@ -455,4 +455,4 @@ def test_batch_of_only_cut_lines_with_bad_pairs() -> None:
         ("non-numeric pair dropped, rest of line kept: key 't/y'", "t/y:"),
         ("non-numeric pair dropped, rest of line kept: key 'x y'", "x y:0.196"),
     ]
-    assert chunk.tables["steps"].rows() == [(38, None, True)]
+    assert chunk.step_attrs is not None and chunk.step_attrs.rows() == [(38, None, True)]

@@ -82,7 +82,8 @@ def test_history_and_gpu_stats(needs_wandb) -> None:
     row = sm.filter(pl.col("step") == 1, pl.col("raw_metric") == "timing/gen").row(0, named=True)
     assert row["metric"] == "timing_s/gen" and row["value"] == 12.0
     assert "_step" not in sm["raw_metric"].to_list() and "_timestamp" not in sm["raw_metric"].to_list()
-    steps = c.tables["steps"].sort("step")
+    assert c.step_attrs is not None
+    steps = c.step_attrs.sort("step")
     assert steps["step"].to_list() == [0, 1, 2]
     assert str(steps["ts"][1]) == "2023-11-14 22:15:30.250000+00:00"  # _timestamp 1700000130.25
     g = c.tables["gpu_samples"]
@@ -171,7 +172,7 @@ def test_real_run_counts(needs_wandb, real_file, tmp_path: Path) -> None:
     train = sm.filter(~pl.col("is_validation"))["step"].unique().sort().to_list()
     assert train == list(range(1, 59))
     assert sorted(sm.filter(pl.col("is_validation"))["step"].unique().to_list()) == [0, 10, 20, 30, 40, 50]
-    steps = pl.concat([c.tables["steps"] for c in chunks if "steps" in c.tables])
+    steps = pl.concat([c.step_attrs for c in chunks if c.step_attrs is not None])
     assert steps.height == 59
     # privacy: the run's environment record holds an e-mail; none may reach the warehouse
     assert EMAIL.search(path.read_bytes())

@@ -11,8 +11,9 @@ from _ci import skip_or_fail
 from _views_util import build_demo_warehouse
 
 from analyses import report as R
+from analyses.api import PolyTrace
 from analyses.cli import main
-from analyses.views import VIEW_GROUPS
+from analyses.views import view_groups
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +24,11 @@ def wh(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_all_runs_report_is_self_contained(wh: Path, tmp_path: Path) -> None:
-    res = R.build_report(wh, tmp_path / "r.html", png=False)
+    res = PolyTrace(wh).report(tmp_path / "r.html", png=False)
     text = res.path.read_text()
     # one section per view group plus the comparison page (3 runs selected)
-    assert [s.group for s in res.sections] == [*VIEW_GROUPS, "compare"]
-    for g in [*VIEW_GROUPS, "compare"]:
+    assert [s.group for s in res.sections] == [*(g.name for g in view_groups()), "compare"]
+    for g in [*(g.name for g in view_groups()), "compare"]:
         assert f"<section id='{g}'" in text
     assert not any(s.empty for s in res.sections)  # the demo warehouse feeds every group
     # plotly.js is inlined, nothing is fetched: no external script or stylesheet
@@ -38,7 +39,7 @@ def test_all_runs_report_is_self_contained(wh: Path, tmp_path: Path) -> None:
 
 
 def test_single_run_has_no_comparison_and_says_what_is_missing(wh: Path, tmp_path: Path) -> None:
-    res = R.build_report(wh, tmp_path / "a.html", runs=["agent-b"], png=False)
+    res = PolyTrace(wh).report(tmp_path / "a.html", runs=["agent-b"], png=False)
     groups = {s.group: s for s in res.sections}
     assert "compare" not in groups
     assert {g for g, s in groups.items() if not s.empty} == {"tool_latency", "multiturn"}
@@ -49,7 +50,7 @@ def test_single_run_has_no_comparison_and_says_what_is_missing(wh: Path, tmp_pat
 
 def test_unknown_run_is_refused(wh: Path, tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="nope"):
-        R.build_report(wh, tmp_path / "x.html", runs=["nope"], png=False)
+        PolyTrace(wh).report(tmp_path / "x.html", runs=["nope"], png=False)
 
 
 def test_png_export_or_clear_note(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ import pytest
 from _ci import skip_or_fail
 from _views_util import build_demo_warehouse
 
-from analyses.report import build_report
+from analyses.api import PolyTrace
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("POLYTRACE_ARTIFACTS", REPO / "tmp" / "artifacts"))
@@ -131,7 +131,7 @@ def _errors(events: list[dict]) -> list[str]:
 def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("browser") / "wh"
     runs = build_demo_warehouse(root)
-    res = build_report(root, root.parent / "report.html", runs=runs, png=False)
+    res = PolyTrace(root).report(root.parent / "report.html", runs=runs, png=False)
     assert res.n_figures >= 15  # every group has data in the demo warehouse
     return res.path
 

@@ -7,8 +7,8 @@ import polars as pl
 import pytest
 from _fit_synth import synth_multiturn, synth_samples
 
+from analyses.export.sampler import generate, steps_for
 from analyses.fit.joint import icc_oneway, normal_scores
-from analyses.fit.sampler import generate, steps_for
 from analyses.fit.workload import fit_workload
 
 

@@ -10,14 +10,9 @@ import polars as pl
 import pytest
 
 from analyses import table_checks as tc
-from analyses.metadata import (
-    column_schema,
-    counts_markdown,
-    dtype_name,
-    markdown_preview,
-    partition_rows,
-    run_row_counts,
-)
+from analyses.markdown import counts_markdown
+from analyses.markdown import markdown_table as markdown_preview
+from analyses.metadata import column_schema, dtype_name, partition_rows, run_row_counts
 from analyses.schema import STEPS, TABLES, conform
 from analyses.warehouse import RunStaging, partition_dir
 

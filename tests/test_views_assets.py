@@ -13,7 +13,8 @@ import pytest
 from _views_util import build_demo_warehouse
 from dagster import AssetKey, materialize
 
-from analyses.views import VIEW_GROUPS
+from analyses.api import REPORT_NAME, PolyTrace
+from analyses.views import view_groups
 from pipelines.assets import characterize as C
 from pipelines.resources import WarehouseResource
 
@@ -38,7 +39,7 @@ def test_characterize_assets_metadata(tmp_path: Path, monkeypatch: pytest.Monkey
     )
     assert res.success
     mats = {e.asset_key: e.materialization.metadata for e in res.get_asset_materialization_events()}
-    assert set(mats) == {AssetKey(f"{g}_view") for g in VIEW_GROUPS} | {AssetKey("characterization_report")}
+    assert set(mats) == {AssetKey(f"{g.name}_view") for g in view_groups()} | {AssetKey("characterization_report")}
     lengths = mats[AssetKey("lengths_view")]
     # the headline table is markdown with one row per run x task x kind: 2 sample-bearing runs x 2 kinds
     md = lengths["headline"].value
@@ -52,7 +53,8 @@ def test_characterize_assets_metadata(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "figure" not in tools and "no Chrome/Chromium" in tools["figure_note"].value
     assert "| agent-b | search |" in tools["headline"].value
     report = mats[AssetKey("characterization_report")]
-    assert Path(report["path"].value) == C.report_path(root) and C.report_path(root).stat().st_size > 3_000_000
+    report_path = PolyTrace(root).layout.reports / REPORT_NAME
+    assert Path(report["path"].value) == report_path and report_path.stat().st_size > 3_000_000
     assert report["empty_sections"].value == "(none)" and report["figures"].value >= 15
 
 

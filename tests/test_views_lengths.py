@@ -95,7 +95,7 @@ def test_length_cdf_every_value_and_tail(wh: Path) -> None:
 
 
 def test_length_drift_shift_and_slope(wh: Path) -> None:
-    d = view_frame(wh, "length_drift", runs=["c"]).sort("step")
+    d = view_frame(open_wh(wh), "length_drift", runs=["c"]).sort("step")
     assert d["p50"].to_list() == [100] * 4 + [200] * 4
     assert d["p10"].to_list() == [90] * 4 + [180] * 4
     assert d["p90"].to_list() == [110] * 4 + [220] * 4
@@ -109,6 +109,6 @@ def test_length_drift_shift_and_slope(wh: Path) -> None:
 
 
 def test_view_frame_filters_runs(wh: Path) -> None:
-    assert set(view_frame(wh, "length_quantiles", runs=["a", "c"])["run_id"]) == {"a", "c"}
+    assert set(view_frame(open_wh(wh), "length_quantiles", runs=["a", "c"])["run_id"]) == {"a", "c"}
     with pytest.raises(KeyError):
-        view_frame(wh, "no_such_view")
+        view_frame(open_wh(wh), "no_such_view")

@@ -14,7 +14,7 @@ import pytest
 from _ci import skip_or_fail
 from _views_util import rows
 
-from analyses.catalog import connect
+from analyses.api import PolyTrace
 from analyses.ingest import ingest_run
 
 pytestmark = pytest.mark.real_logs
@@ -33,7 +33,7 @@ def con(real_logs: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN
         path = real_logs / rel
         assert path.exists(), f"{path} missing from the real logs"
         ingest_run(path, root, run_id=rid)
-    return connect(root)
+    return PolyTrace(root).connect()
 
 
 def test_video_longest_over_mean_response_per_step(con) -> None:  # noqa: ANN001
@@ -116,7 +116,7 @@ def test_wandb_gpu_utilization_aligned_to_steps(real_logs: Path, tmp_path: Path)
         skip_or_fail("the wandb offline reader needs the optional wandb package (pip install '.[wandb]')")
     run = real_logs / "verl_agentic_open-agentrl/run-20251130_144822-gjvwlq13"
     ingest_run(run, tmp_path / "wh", run_id="w")
-    c = connect(tmp_path / "wh")
+    c = PolyTrace(tmp_path / "wh").connect()
     per_gpu = {r["gpu"]: r for r in rows(c, "SELECT * FROM gpu_utilization WHERE scope = 'run'")}
     # PROVENANCE: about 540 system samples per GPU for 8 GPUs (the reader finds 539 each); GPUs 0-3 report
     # 0 % throughout (the job used 4 of the 8), GPUs 4-7 run at about 80 %

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from _views_util import open_wh, rows, stage_run
 
+from analyses.views import headline_frame
+
 
 @pytest.fixture
 def con(tmp_path: Path):  # noqa: ANN201
@@ -63,8 +65,6 @@ def test_stage_breakdown_shares(con) -> None:  # noqa: ANN001
 
 
 def test_stage_headline_is_null_not_nan_when_no_time_is_logged(tmp_path: Path) -> None:
-    from analyses.views.headlines import headline_frame
-
     root = tmp_path / "wh"
     stage_run(root, "z", {"steps": {"step": [1, 2], "gen_time_s": [0.0, 0.0], "step_time_s": [0.0, 0.0]}})
     h = headline_frame(open_wh(root), "stage_breakdown").row(0, named=True)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyses.fit.sampler import step_rng
+from analyses.export.sampler import step_rng
 
 N_BINS = 20
 
@@ -54,7 +54,7 @@ def histogram_resample(values: np.ndarray, target: int, rng: np.random.Generator
 
 
 class HistogramBaseline:
-    """Fitted from training frames; ``generate`` mirrors :func:`analyses.fit.sampler.generate`."""
+    """Fitted from training frames; ``generate`` mirrors :func:`analyses.export.sampler.generate`."""
 
     def __init__(self, train: pl.DataFrame, batch: dict[str, Any], per_sample_tool_time: pl.DataFrame | None = None):
         self.batch = batch

@@ -50,7 +50,7 @@ class CandidateFit:
     converged: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(asdict(self))
+        return json_safe(asdict(self))
 
 
 @dataclass
@@ -78,7 +78,7 @@ class ContinuousFit:
         return apply_bounds(self.dist().ppf(u), self.lower, self.censor_at, self.integer)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(
+        return json_safe(
             {
                 "kind": "continuous",
                 "family": self.family,
@@ -348,12 +348,12 @@ def fit_continuous(
     )
 
 
-def _clean(o: Any) -> Any:
+def json_safe(o: Any) -> Any:
     """JSON-safe: numpy scalars to Python, non-finite floats to None."""
     if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
+        return {str(k): json_safe(v) for k, v in o.items()}
     if isinstance(o, list | tuple):
-        return [_clean(v) for v in o]
+        return [json_safe(v) for v in o]
     if isinstance(o, np.generic):
         o = o.item()
     if isinstance(o, float) and not math.isfinite(o):

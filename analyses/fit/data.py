@@ -66,24 +66,3 @@ def runs_with_samples(root: Path) -> list[str]:
     """Runs that have per-sample lengths (the ones a workload can be fitted to)."""
     df = scan_table(root, "samples").filter(pl.col("response_tokens").is_not_null()).select("run_id").unique().collect()
     return sorted(df["run_id"].to_list())
-
-
-def fit_runs(root: Path, runs: list[str] | None = None, seed: int = 0) -> dict:
-    """Fit every (selected) run of the warehouse into one spec document."""
-    from analyses.fit.select import fit_workload_selected
-    from analyses.fit.spec import build_spec, workload_key
-
-    chosen = runs if runs else runs_with_samples(root)
-    workloads: dict[str, dict] = {}
-    for r in chosen:
-        f = load_run(root, r)
-        tasks = [t for t in f.samples["task"].unique().to_list() if t is not None] if "task" in f.samples.columns else []
-        several = len(tasks) > 1
-        for t in tasks if several else [None]:
-            s = f.samples if t is None else f.samples.filter(pl.col("task") == t)
-            task = t or f.task or (tasks[0] if tasks else None)
-            workloads[workload_key(r, task, several)] = fit_workload_selected(
-                s, turns=f.turns, tool_calls=f.tool_calls, rank_times=f.rank_times, run_id=r, task=task,
-                max_response_length=f.max_response_length, seed=seed,
-            )
-    return build_spec(workloads, list(chosen), seed)

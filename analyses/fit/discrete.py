@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
-from analyses.fit.continuous import _clean
+from analyses.fit.continuous import json_safe
 
 SMOOTH_ALPHA = 0.5
 
@@ -41,7 +41,7 @@ class DiscreteFit:
         return float(np.dot(self.support, self.pmf))
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(
+        return json_safe(
             {
                 "kind": "discrete",
                 "method": self.method,
@@ -144,7 +144,7 @@ class CategoricalFit:
         return np.asarray(self.values, dtype=float)[np.minimum(idx, len(self.values) - 1)]
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean({"kind": "categorical", "values": self.values, "probs": self.probs, "n": self.n})
+        return json_safe({"kind": "categorical", "values": self.values, "probs": self.probs, "n": self.n})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CategoricalFit:

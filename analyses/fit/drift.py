@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from analyses.fit.continuous import _clean
+from analyses.fit.continuous import json_safe
 
 MIN_WINDOWS = 3
 P_MAX = 0.01
@@ -49,7 +49,7 @@ class DriftModel:
         return float(np.exp(self.log_factor(step)))
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(
+        return json_safe(
             {
                 "kind": self.kind,
                 "variable": "response_tokens",

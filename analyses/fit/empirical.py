@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from analyses.fit.continuous import _clean, apply_bounds
+from analyses.fit.continuous import apply_bounds, json_safe
 from analyses.fit.tails import gpd_from_dict, gpd_to_dict
 
 N_KNOTS = 257
@@ -70,7 +70,7 @@ class EmpiricalTailFit:
         return apply_bounds(out, self.lower, self.censor_at, self.integer)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(
+        return json_safe(
             {
                 "kind": "empirical_tail",
                 "knots": self.knots,

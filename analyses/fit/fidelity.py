@@ -36,24 +36,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import polars as pl
 
+from analyses.export.sampler import generate
 from analyses.fit.baseline import HistogramBaseline
 from analyses.fit.data import RunFrames
-from analyses.fit.sampler import generate
-from analyses.fit.score_refs import accuracy_from_errors, hindsight_ceiling, monte_carlo_se, recorded_mean
+from analyses.fit.score_refs import hindsight_ceiling, monte_carlo_se, recorded_mean
+from analyses.fit.scores import (
+    STATS_BASE,
+    STATS_MULTI,
+    TRAIN_FRACTION,
+    per_sample_tool_time,
+    score_generated,
+    step_statistics,
+)
 from analyses.fit.select import fit_workload_selected
+from analyses.fit.stepmodel import step_time_fidelity
 from analyses.fit.workload import training_samples
 
 # The prediction for a step is the generator's mean over seeds; a per-step total over 16 prompts
 # varies by ~20% between draws, so 5 seeds left ~8% Monte Carlo noise in the prediction itself.
 DEFAULT_SEEDS = tuple(range(200))
 IN_SAMPLE_BUDGET = 2_000_000  # generated samples for the fitted-steps check (fewer seeds on long runs)
-TRAIN_FRACTION = 2 / 3
 PSEUDO_STEPS, PSEUDO_TRAIN = 8, 5
-STATS_BASE = ("total_tokens", "longest_response", "p99_response", "makespan_tokens")
-STATS_MULTI = ("turns", "tool_time_s")
 
 
 @dataclass
@@ -93,62 +98,6 @@ def split_run(frames: RunFrames, train_fraction: float = TRAIN_FRACTION) -> Spli
     return Split("prompt_groups", list(range(PSEUDO_TRAIN)), list(range(PSEUDO_TRAIN, PSEUDO_STEPS)), partial, rf)
 
 
-def per_sample_tool_time(samples: pl.DataFrame, tool_calls: pl.DataFrame | None, keys: tuple[str, ...]) -> pl.DataFrame:
-    if tool_calls is None or tool_calls.height == 0:
-        return samples.with_columns(tool_time_s=pl.lit(0.0))
-    tt = tool_calls.group_by(*keys).agg(tool_time_s=pl.col("latency_s").sum())
-    return samples.join(tt, on=list(keys), how="left").with_columns(pl.col("tool_time_s").fill_null(0.0))
-
-
-def step_statistics(samples: pl.DataFrame, multi: bool, has_ranks: bool) -> pl.DataFrame:
-    """One row per step with the fidelity statistics."""
-    s = samples.with_columns(pl.col("prompt_tokens").cast(pl.Float64), pl.col("response_tokens").cast(pl.Float64))
-    aggs = [
-        (pl.col("prompt_tokens") + pl.col("response_tokens")).sum().alias("total_tokens"),
-        pl.col("response_tokens").max().alias("longest_response"),
-        pl.col("response_tokens").quantile(0.99, "linear").alias("p99_response"),
-    ]
-    if multi:
-        aggs += [pl.col("n_turns").sum().cast(pl.Float64).alias("turns"), pl.col("tool_time_s").sum().alias("tool_time_s")]
-    out = s.group_by("step").agg(aggs)
-    if has_ranks:
-        mk = s.group_by("step", "dp_rank").agg(t=pl.col("response_tokens").sum()).group_by("step").agg(makespan_tokens=pl.col("t").max())
-        out = out.join(mk, on="step")
-    return out.sort("step")
-
-
-def _ape(real: pl.DataFrame, gen: pl.DataFrame, names: list[str]) -> dict[str, float]:
-    """Mean over steps of |gen - real| / real, per statistic (steps where real is 0 skipped)."""
-    j = real.join(gen, on="step", suffix="_gen")
-    out = {}
-    for c in names:
-        r, g = j[c].to_numpy(), j[f"{c}_gen"].to_numpy()
-        ok = r > 0
-        out[c] = float(np.mean(np.abs(g[ok] - r[ok]) / r[ok])) if ok.any() else float("nan")
-    return out
-
-
-def _scores(real: pl.DataFrame, per_seed: list[pl.DataFrame], names: list[str]) -> dict[str, Any]:
-    allg = pl.concat(per_seed)
-    mean_gen = allg.group_by("step").agg([pl.col(c).mean() for c in names])
-    ape = _ape(real, mean_gen, names)
-    single = [_ape(real, g, names) for g in per_seed]
-    level = {}
-    for c in names:
-        r = float(real[c].mean())
-        level[c] = abs(float(allg[c].mean()) - r) / r if r > 0 else float("nan")
-
-    return {
-        "accuracy_pct": accuracy_from_errors(ape),
-        "errors_pct": {c: 100.0 * v for c, v in ape.items()},
-        "single_replay_accuracy_pct": float(np.mean([accuracy_from_errors(e) for e in single])),
-        "single_replay_by_seed_pct": [accuracy_from_errors(e) for e in single],
-        "level_accuracy_pct": accuracy_from_errors(level),
-        "level_errors_pct": {c: 100.0 * v for c, v in level.items()},
-        "generated_mean": {c: float(allg[c].mean()) for c in names},
-    }
-
-
 def _generated_statistics(wl: dict[str, Any], base: HistogramBaseline, steps: list[int], seeds: tuple[int, ...],
                           multi: bool, has_ranks: bool) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
     """Per seed, the step statistics of our generator's and of the baseline's ``steps``."""
@@ -168,7 +117,7 @@ def _in_sample(wl: dict[str, Any], base: HistogramBaseline, fitted_real: pl.Data
     use = seeds[: max(1, min(len(seeds), IN_SAMPLE_BUDGET // per_seed))]
     names = [c for c in names if c in fitted_real.columns and float(fitted_real[c].abs().sum()) > 0]
     ours, bl = _generated_statistics(wl, base, steps, use, multi, has_ranks)
-    return {"ours": _scores(fitted_real, ours, names), "baseline": _scores(fitted_real, bl, names), "seeds": len(use)}
+    return {"ours": score_generated(fitted_real, ours, names), "baseline": score_generated(fitted_real, bl, names), "seeds": len(use)}
 
 
 def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fraction: float = TRAIN_FRACTION) -> dict[str, Any]:
@@ -191,16 +140,14 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
     ts = per_sample_tool_time(training_samples(train.samples), train.tool_calls, ("step", "sample_id"))
     base = HistogramBaseline(ts, wl["batch"], per_sample_tool_time=ts)
     ours_stats, base_stats = _generated_statistics(wl, base, sp.heldout_steps, seeds, multi, has_ranks)
-    ours = _scores(real, ours_stats, names)
-    bl = _scores(real, base_stats, names)
+    ours = score_generated(real, ours_stats, names)
+    bl = score_generated(real, base_stats, names)
     fitted_real = step_statistics(ts, multi, has_ranks)
     ceiling = hindsight_ceiling(real, names)
     rec = recorded_mean(real, fitted_real, names)
     in_sample = _in_sample(wl, base, fitted_real, sp.train_steps, seeds, names, multi, has_ranks)
     step_model = None
     if frames.steps is not None and frames.steps.height:
-        from analyses.fit.stepmodel import step_time_fidelity
-
         step_model = step_time_fidelity(frames.steps, train_fraction)
     return {
         "run_id": frames.run_id,
@@ -257,8 +204,6 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fr
 
 def step_time_only(frames: RunFrames, train_fraction: float = TRAIN_FRACTION) -> dict[str, Any] | None:
     """For a run with a step log but no per-sample lengths: only the step-time model."""
-    from analyses.fit.stepmodel import step_time_fidelity
-
     if frames.steps is None or frames.steps.height == 0:
         return None
     m = step_time_fidelity(frames.steps, train_fraction)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from scipy import special, stats
 
-from analyses.fit.continuous import _clean
+from analyses.fit.continuous import json_safe
 
 
 def normal_scores(x: np.ndarray) -> np.ndarray:
@@ -69,7 +69,7 @@ class GroupCopula:
         return special.ndtr(zp), special.ndtr(z)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean({"type": "gaussian_copula", "within_group_corr": self.within, "prompt_response_corr": self.prompt_corr, "n": self.n})
+        return json_safe({"type": "gaussian_copula", "within_group_corr": self.within, "prompt_response_corr": self.prompt_corr, "n": self.n})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GroupCopula:
@@ -113,7 +113,7 @@ class GaussianMixture:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(
+        return json_safe(
             {
                 "type": "gaussian_mixture",
                 "space": self.space,

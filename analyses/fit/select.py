@@ -25,8 +25,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analyses.export.sampler import generate
+from analyses.fit.baseline import HistogramBaseline
 from analyses.fit.continuous import fit_continuous
-from analyses.fit.workload import fit_response, fit_workload, training_samples
+from analyses.fit.scores import per_sample_tool_time, score_generated, step_statistics
+from analyses.fit.workload import fit_by_turns, fit_response, fit_workload, training_samples
 
 # (model, window); "empirical_tail<x>" = empirical_tail with tail_limit x
 CANDIDATES: tuple[tuple[str, str], ...] = tuple(
@@ -103,9 +106,6 @@ def _seeds_for(s: pl.DataFrame, steps: list[int], js: list[int], seeds: tuple[in
 
 def validate_candidates(samples: pl.DataFrame, kw: dict[str, Any], seeds: tuple[int, ...] | None = None) -> dict[str, Any]:
     """Rolling-origin scores of every candidate on ``samples`` (the fitted steps only)."""
-    from analyses.fit.fidelity import _scores, step_statistics
-    from analyses.fit.sampler import generate
-
     s = training_samples(samples)
     steps = sorted(int(v) for v in s["step"].unique())
     js = origins(len(steps))
@@ -130,7 +130,7 @@ def validate_candidates(samples: pl.DataFrame, kw: dict[str, Any], seeds: tuple[
                 scores[f"{m}/{w}"].append(None)
                 continue
             gen = [step_statistics(generate(wl, val, sd).samples, False, has_ranks) for sd in seeds]
-            scores[f"{m}/{w}"].append(_scores(real, gen, names)["accuracy_pct"])
+            scores[f"{m}/{w}"].append(score_generated(real, gen, names)["accuracy_pct"])
         ref.append(_baseline_score(fit_s, base["batch"], val, real, names, seeds, False, has_ranks, None))
     # a candidate that failed at any origin is not eligible
     mean = {k: float(np.mean(v)) for k, v in scores.items() if v and all(x is not None for x in v)}
@@ -141,13 +141,10 @@ def validate_candidates(samples: pl.DataFrame, kw: dict[str, Any], seeds: tuple[
 def _baseline_score(fit_s: pl.DataFrame, batch: dict[str, Any], val: list[int], real: pl.DataFrame, names: list[str],
                     seeds: tuple[int, ...], multi: bool, has_ranks: bool, calls: pl.DataFrame | None) -> float:
     """PolyTrace's histogram resampler scored at the same origin: a reference, never selected."""
-    from analyses.fit.baseline import HistogramBaseline
-    from analyses.fit.fidelity import _scores, per_sample_tool_time, step_statistics
-
     ts = per_sample_tool_time(training_samples(fit_s), calls, ("step", "sample_id"))
     hb = HistogramBaseline(ts, batch, per_sample_tool_time=ts)
     gen = [step_statistics(hb.generate(val, sd), multi, has_ranks) for sd in seeds]
-    return float(_scores(real, gen, names)["accuracy_pct"])
+    return float(score_generated(real, gen, names)["accuracy_pct"])
 
 
 def _reference(ref: list[float]) -> dict[str, Any]:
@@ -162,10 +159,6 @@ def validate_multiturn(samples: pl.DataFrame, kw: dict[str, Any], seeds: tuple[i
     ``pooled`` over trajectories, or conditional on the turn count (``by_turns``). Scored like
     the fidelity protocol for a multi-turn run (total tokens, longest / p99 response, turns,
     tool time per step; plus makespan with DP ranks)."""
-    from analyses.fit.fidelity import _scores, per_sample_tool_time, step_statistics
-    from analyses.fit.sampler import generate
-    from analyses.fit.workload import fit_by_turns
-
     s = training_samples(samples)
     steps = sorted(int(v) for v in s["step"].unique())
     js = origins(len(steps))
@@ -191,7 +184,7 @@ def validate_multiturn(samples: pl.DataFrame, kw: dict[str, Any], seeds: tuple[i
             for sd in seeds:
                 g = generate(wl, val, sd)
                 gen.append(step_statistics(per_sample_tool_time(g.samples, g.tool_calls, ("step", "group", "sample_index")), True, has_ranks))
-            scores[c].append(_scores(real, gen, used)["accuracy_pct"])
+            scores[c].append(score_generated(real, gen, used)["accuracy_pct"])
         ref.append(_baseline_score(fit_s, base["batch"], val, real, used, seeds, True, has_ranks, calls))
     mean = {k: float(np.mean(v)) for k, v in scores.items() if v}
     return {"origins": [{"fitted_steps": steps[:j], "validated_steps": validated_steps(steps, j)} for j in js], "seeds": list(seeds),

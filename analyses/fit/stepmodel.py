@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyses.fit.fidelity import TRAIN_FRACTION
+from analyses.fit.scores import TRAIN_FRACTION
 
 TARGETS = ("gen_time_s", "step_time_s")
 MIN_STEPS = 6

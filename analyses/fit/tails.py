@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from analyses.fit.continuous import ContinuousFit, _clean, fit_continuous
+from analyses.fit.continuous import ContinuousFit, fit_continuous, json_safe
 
 THRESHOLD_QUANTILES = (0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.97)
 
@@ -55,7 +55,7 @@ class BodyTailFit:
         return np.maximum(out, self.body.lower if self.body.lower > 0 else 0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(
+        return json_safe(
             {
                 "kind": "body_tail",
                 "body": self.body.to_dict(),

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyses.fit.continuous import ContinuousFit, _clean, fit_continuous, infer_cap
+from analyses.fit.continuous import ContinuousFit, fit_continuous, infer_cap, json_safe
 from analyses.fit.discrete import CategoricalFit, DiscreteFit, fit_categorical, fit_discrete, is_categorical
 from analyses.fit.drift import DriftModel, fit_drift
 from analyses.fit.empirical import EmpiricalTailFit, fit_empirical_tail
@@ -24,7 +24,7 @@ from analyses.fit.joint import (
     joint_distance,
 )
 from analyses.fit.tails import BodyTailFit, fit_body_tail
-from analyses.views.tools import OK_STATUSES
+from analyses.schema import TOOL_OK_STATUSES
 
 Marginal = ContinuousFit | DiscreteFit | CategoricalFit | BodyTailFit | EmpiricalTailFit
 RESPONSE_MODELS = ("parametric", "empirical_tail")
@@ -202,7 +202,7 @@ def fit_workload(
     if raw_joint:
         joint.update(_raw_joint(prompt, resp, seed))
 
-    return _clean(
+    return json_safe(
         {
             "run_id": run_id,
             "task": task or "unknown",
@@ -261,7 +261,7 @@ def _fit_multiturn(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.D
                 entry["response_tokens"] = fit_continuous(rt, seed=seed, integer=True, lower=0.0).to_dict()
             ok = g["status"].drop_nulls()
             # the tool_latency view's definition: a known status that is not a success one
-            entry["failure_rate"] = float((~ok.str.to_lowercase().is_in(OK_STATUSES)).mean()) if ok.len() else 0.0
+            entry["failure_rate"] = float((~ok.str.to_lowercase().is_in(TOOL_OK_STATUSES)).mean()) if ok.len() else 0.0
             tools[tname] = entry
         out["tools"] = tools
         # tokens a tool call adds to the trajectory beyond its response (templates, tags)

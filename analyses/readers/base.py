@@ -37,10 +37,13 @@ class Chunk:
     """Rows for some tables from a contiguous part of one file, plus its line accounting.
 
     ``tables`` maps a table name to a frame with any subset of that table's columns (the
-    ingest conforms it). ``rejects`` has columns ``line_no, reason, raw``.
+    ingest conforms it). ``step_attrs`` has what a reader saw of each step besides its metrics
+    (any of ``step``, ``ts``, ``truncated_line``); the ingest merges it into ``steps``.
+    ``rejects`` has columns ``line_no, reason, raw``.
     """
 
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    step_attrs: pl.DataFrame | None = None
     rejects: pl.DataFrame | None = None
     lines: int = 0
     rows_ok: int = 0
@@ -48,10 +51,20 @@ class Chunk:
     rows_skipped: int = 0
 
 
+# How exactly a reader records step metrics, best first. When two files of a run carry the same
+# step metric (a wandb run directory holds the binary history and the console capture), the copy
+# from the more exact source is kept; between files of one kind the last in (path, line) order.
+METRIC_SOURCE_BINARY = 0  # float64 as logged (wandb history records)
+METRIC_SOURCE_STRUCTURED = 1  # JSON numbers
+METRIC_SOURCE_TEXT = 2  # console text, printed with rounding
+
+
 class Reader(Protocol):
-    """A raw format. ``name`` is what ``source_files.format`` records."""
+    """A raw format. ``name`` is what ``source_files.format`` records; ``metric_source`` says how
+    exactly its step metrics are recorded (one of the ``METRIC_SOURCE_*``)."""
 
     name: str
+    metric_source: int
 
     def sniff(self, head: str, path: Path) -> bool:
         """True when ``head`` (the first 64 KiB, decoded leniently) looks like this format."""
@@ -60,6 +73,13 @@ class Reader(Protocol):
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         """Stream the file as chunks. Raise only when the file as a whole is unusable."""
         ...
+
+
+class ReaderBase:
+    """Defaults every reader shares; a reader subclasses it and sets ``name``."""
+
+    name: str = ""
+    metric_source: int = METRIC_SOURCE_TEXT
 
 
 class UnreadableFile(Exception):

@@ -38,7 +38,14 @@ from pathlib import Path, PurePosixPath
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, accounted_chunk, epoch_in_range
+from analyses.readers.base import (
+    Chunk,
+    FileContext,
+    ReaderBase,
+    UnreadableFile,
+    accounted_chunk,
+    epoch_in_range,
+)
 from analyses.readers.lines import line_frames
 from analyses.telemetry_units import (
     LINE_CHUNK,
@@ -261,7 +268,7 @@ def _clock_split(d: pl.DataFrame, clock: SeriesClock, keys: list[str]) -> tuple[
     return good.filter(pl.col("_reason").is_null()), bad
 
 
-class ClusterUtilLongReader:
+class ClusterUtilLongReader(ReaderBase):
     name = SOURCE_LONG
 
     def sniff(self, head: str, path: Path) -> bool:
@@ -305,7 +312,7 @@ class ClusterUtilLongReader:
 # ------------------------------------------------------------------------------------ wide
 
 
-class ClusterUtilWideReader:
+class ClusterUtilWideReader(ReaderBase):
     name = SOURCE_WIDE
 
     def sniff(self, head: str, path: Path) -> bool:

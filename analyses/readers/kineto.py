@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 
 from analyses.kineto_breakdown import assign_steps, has_sub_us, hta_round, kernel_kind, step_rows
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, rejects_frame
+from analyses.readers.base import Chunk, FileContext, ReaderBase, UnreadableFile, rejects_frame
 
 READ_BYTES = 4 << 20  # compressed bytes per read
 FEED_BYTES = 64 << 10  # compressed bytes per decompress call: corrupt data loses only its slice
@@ -383,7 +383,7 @@ def rank_of(meta: dict, path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-class KinetoTraceReader:
+class KinetoTraceReader(ReaderBase):
     """PyTorch profiler (Kineto) Chrome trace JSON, plain or gzipped, one file per rank."""
 
     name = "kineto_trace"

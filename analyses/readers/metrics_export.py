@@ -50,7 +50,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, rejects_frame
+from analyses.readers.base import Chunk, FileContext, ReaderBase, UnreadableFile, rejects_frame
 from analyses.readers.flat_metrics import (
     BOOL_TEXT,
     LEAF_SCHEMA,
@@ -158,11 +158,9 @@ def _records_chunk(long: pl.DataFrame, lines: pl.DataFrame, step_kind: str) -> t
         .select("step", ts=epoch_seconds_ts(pl.col("text").str.strip_chars().cast(pl.Float64, strict=False)))
         .filter(pl.col("ts").is_not_null())
     )
-    tables = {"step_metrics": rows}
-    if ts.height:
-        tables["steps"] = ts
     chunk = Chunk(
-        tables=tables,
+        tables={"step_metrics": rows},
+        step_attrs=ts if ts.height else None,
         rejects=rejects_frame(rejected["line_no"], rejected["reason"], rejected["line"]),
         lines=lines.height,
         rows_ok=n_parsed,
@@ -194,7 +192,7 @@ def _integral_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and float(v).is_integer() and v >= 0
 
 
-class MetricsJsonlReader:
+class MetricsJsonlReader(ReaderBase):
     name = "metrics_jsonl"
     batch_lines = 1_000
 
@@ -243,7 +241,7 @@ class MetricsJsonlReader:
         return _records_chunk(long, lines.select("line_no", "line", "reason"), step_kind="number")
 
 
-class MetricsCsvReader:
+class MetricsCsvReader(ReaderBase):
     name = "metrics_csv"
     batch_lines = 5_000
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, accounted_chunk
+from analyses.readers.base import Chunk, FileContext, ReaderBase, accounted_chunk
 from analyses.readers.lines import line_frames
 from analyses.telemetry_units import (
     DMON_COLUMNS,
@@ -112,7 +112,7 @@ def _is_smi_header(line: str) -> bool:
     return any(n in SMI_FIELDS or n.startswith(_SMI_PREFIXES) for n in names)
 
 
-class NvidiaSmiCsvReader:
+class NvidiaSmiCsvReader(ReaderBase):
     name = SOURCE_CSV
 
     def sniff(self, head: str, path: Path) -> bool:
@@ -312,7 +312,7 @@ _DMON_NAMES = r"^#\s*(?:Date\s+)?(?:Time\s+)?gpu\s+\S"
 _DMON_UNITS = r"^#\s*(?:YYYYMMDD\s+)?(?:HH:MM:SS\s+)?Idx\b"
 
 
-class NvidiaSmiDmonReader:
+class NvidiaSmiDmonReader(ReaderBase):
     name = SOURCE_DMON
 
     def sniff(self, head: str, path: Path) -> bool:

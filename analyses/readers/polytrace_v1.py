@@ -30,7 +30,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, rejects_frame
+from analyses.readers.base import Chunk, FileContext, ReaderBase, UnreadableFile, rejects_frame
 
 RECORDED = "recorded"
 _HEAD = re.compile(r'\A\s*\{\s*"\d+"\s*:\s*[\[{]')
@@ -135,7 +135,7 @@ def _multiturn(step: int, entry: list) -> dict[str, pl.DataFrame]:
     return {"samples": samples, "turns": turns}
 
 
-class PolyTraceV1Reader:
+class PolyTraceV1Reader(ReaderBase):
     name = "polytrace_v1"
 
     def sniff(self, head: str, path: Path) -> bool:

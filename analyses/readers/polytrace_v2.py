@@ -26,7 +26,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext
+from analyses.readers.base import Chunk, FileContext, ReaderBase
 from analyses.readers.typed_jsonl import (
     Decoded,
     Field,
@@ -108,7 +108,7 @@ PACKED_FIELDS = (
 )
 
 
-class PackedLengthsReader:
+class PackedLengthsReader(ReaderBase):
     name = "polytrace_packed_lengths"
 
     def sniff(self, head: str, path: Path) -> bool:
@@ -176,7 +176,7 @@ REWARD_FIELDS = (
 )
 
 
-class RewardTimingsReader:
+class RewardTimingsReader(ReaderBase):
     name = "polytrace_reward_timings"
 
     def sniff(self, head: str, path: Path) -> bool:
@@ -244,7 +244,7 @@ MULTITURN_FIELDS = (
 )
 
 
-class MultiturnWorkloadReader:
+class MultiturnWorkloadReader(ReaderBase):
     name = "polytrace_multiturn"
 
     def sniff(self, head: str, path: Path) -> bool:
@@ -341,7 +341,7 @@ DAPO_FIELDS = (
 )
 
 
-class DapoFilterReader:
+class DapoFilterReader(ReaderBase):
     name = "polytrace_dapo_filter"
 
     def sniff(self, head: str, path: Path) -> bool:

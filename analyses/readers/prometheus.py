@@ -45,6 +45,7 @@ import polars as pl
 from analyses.readers.base import (
     Chunk,
     FileContext,
+    ReaderBase,
     UnreadableFile,
     accounted_chunk,
     epoch_in_range,
@@ -76,7 +77,7 @@ def _label(labels: pl.Expr, name: str) -> pl.Expr:
     return labels.str.extract(rf'(?:^|,)\s*{name}\s*=\s*"((?:[^"\\]|\\.)*)"', 1)
 
 
-class PrometheusTextReader:
+class PrometheusTextReader(ReaderBase):
     name = SOURCE_TEXT
 
     def sniff(self, head: str, path: Path) -> bool:
@@ -219,7 +220,7 @@ def _pair_columns(pairs: list) -> tuple[pl.Series, pl.Series]:
     return pl.Series("_t", ts, dtype=pl.Float64, strict=False), pl.Series("_raw", raw, dtype=pl.String)
 
 
-class PrometheusRangeJsonReader:
+class PrometheusRangeJsonReader(ReaderBase):
     name = SOURCE_JSON
 
     def sniff(self, head: str, path: Path) -> bool:

@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, rejects_frame
+from analyses.readers.base import Chunk, FileContext, ReaderBase, rejects_frame
 from analyses.readers.lines import iter_line_batches
 from analyses.steps import canonical_metric, is_validation_metric
 
@@ -94,7 +94,7 @@ _EMPTY_REJECTS = pl.DataFrame(schema={"line_no": pl.Int64, "reason": pl.String, 
 _TS_DTYPE = pl.Datetime("us", "UTC")
 
 
-class VerlConsoleReader:
+class VerlConsoleReader(ReaderBase):
     """verl ``step:N - key:value`` console logs (any generation, plain or gzip)."""
 
     name = "verl_console"
@@ -218,10 +218,11 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
     tables: dict[str, pl.DataFrame] = {"step_metrics": _metric_rows(pairs)}
     # one attribute row per parsed line, so that steps.truncated_line is a definite False (not
     # unknown) for every step whose line was read whole
+    attrs = None
     if good_lines.height:
         ts = pl.col("ts")
         no_ts = good_lines.get_column("ts").null_count() == good_lines.height
-        tables["steps"] = good_lines.select(
+        attrs = good_lines.select(
             "step",
             ts=pl.lit(None, dtype=_TS_DTYPE) if no_ts else _ts_expr(ts),
             truncated_line=pl.col("truncated"),
@@ -231,6 +232,7 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
     rej = pl.concat(parts_rej, how="vertical_relaxed") if parts_rej else None
     return Chunk(
         tables=tables,
+        step_attrs=attrs,
         rejects=rejects_frame(rej["line_no"], rej["reason"], rej["raw"]).sort("line_no")
         if rej is not None
         else None,

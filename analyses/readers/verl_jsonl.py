@@ -34,7 +34,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, rejects_frame
+from analyses.readers.base import METRIC_SOURCE_STRUCTURED, Chunk, FileContext, ReaderBase, rejects_frame
 from analyses.readers.flat_metrics import (
     dropped_counts,
     integral_step,
@@ -60,7 +60,8 @@ FROM (SELECT line_no, line, json_valid(line) AS v FROM batch)
 _INT_TYPES = ("UBIGINT", "BIGINT", "DOUBLE")
 
 
-class VerlFileLoggerReader:
+class VerlFileLoggerReader(ReaderBase):
+    metric_source = METRIC_SOURCE_STRUCTURED
     name = "verl_jsonl"
     batch_lines = 500  # a verl line is ~4-15 KB (~150 keys): a few MB of text per batch
 

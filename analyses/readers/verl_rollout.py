@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext
+from analyses.readers.base import Chunk, FileContext, ReaderBase
 from analyses.readers.tokens import TOKENIZER_SOURCE, count_tokens
 from analyses.readers.typed_jsonl import Field, FileKeys, decode_jsonl, first_json_objects, step_from_name
 
@@ -49,7 +49,7 @@ TOOL_NAME = r'"name"\s*:\s*"([^"]*)"'
 _SEP = "\x00"
 
 
-class VerlRolloutDumpReader:
+class VerlRolloutDumpReader(ReaderBase):
     name = "verl_rollout_dump"
 
     def sniff(self, head: str, path: Path) -> bool:

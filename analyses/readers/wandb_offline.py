@@ -41,7 +41,15 @@ from typing import Any
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, epoch_in_range, rejects_frame
+from analyses.readers.base import (
+    METRIC_SOURCE_BINARY,
+    Chunk,
+    FileContext,
+    ReaderBase,
+    UnreadableFile,
+    epoch_in_range,
+    rejects_frame,
+)
 from analyses.steps import canonical_metric, is_validation_metric
 from analyses.telemetry_units import epoch_to_ts
 
@@ -264,7 +272,8 @@ def _stats_frame(b: _Batch, host: str) -> pl.DataFrame:
     )
 
 
-class WandbOfflineReader:
+class WandbOfflineReader(ReaderBase):
+    metric_source = METRIC_SOURCE_BINARY
     """wandb ``run-<id>.wandb`` transaction logs (needs the ``wandb`` extra to decode)."""
 
     name = "wandb_offline"
@@ -290,11 +299,12 @@ class WandbOfflineReader:
 
     def _chunk(self, b: _Batch, host: str) -> Chunk:
         tables: dict[str, pl.DataFrame] = {}
+        attrs = None
         if b.h_rec:
             sm, steps, no_step = _history_frames(b)
             tables["step_metrics"] = sm
             if steps.height:
-                tables["steps"] = steps
+                attrs = steps
             # decoded fine, so counted ok by _decode; without a step its values cannot land
             b.ok -= no_step.height
             b.rej.extend((n, reason, "") for n, reason in no_step.iter_rows())
@@ -307,6 +317,7 @@ class WandbOfflineReader:
         )
         return Chunk(
             tables=tables,
+            step_attrs=attrs,
             rejects=rej,
             lines=b.lines,
             rows_ok=b.ok,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, accounted_chunk
+from analyses.readers.base import Chunk, FileContext, ReaderBase, UnreadableFile, accounted_chunk
 from analyses.readers.lines import line_frames
 
 SOURCE = "worker_times"
@@ -45,7 +45,7 @@ def layout(header: str) -> dict[str, int] | None:
     return found
 
 
-class WorkerTimesReader:
+class WorkerTimesReader(ReaderBase):
     name = SOURCE
 
     def sniff(self, head: str, path: Path) -> bool:

@@ -1,70 +1,84 @@
-"""Characterization views: DuckDB views over the warehouse, registered in every catalog.
+"""Characterization views: DuckDB views over the warehouse, one module per view group.
 
-Importing this package registers the views (``analyses.catalog`` imports it lazily). The same
-numbers are available from Python with :func:`view_frame`; :data:`VIEW_GROUPS` says which
-views belong together (one Dagster asset and one report section per group).
+Every module in this package that defines ``GROUP`` (a :class:`~analyses.views.group.ViewGroup`)
+is a view group; :func:`view_groups` finds them, ordered by ``GROUP.order``. To add a group,
+write ``analyses/views/<name>.py`` with its views, headline SQL and figures, a test, and its
+entry in ``docs/views.md``: the catalog, the report and the Dagster assets pick it up.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Iterable
-from pathlib import Path
+from functools import cache
 
 import duckdb
 import polars as pl
 
-from analyses.views import filtering, gpu, imbalance, lengths, multiturn, step_times, tools  # noqa: F401 - registers
-from analyses.views._common import QUANTILE_DEFINITION
+from analyses.views.group import View, ViewGroup
+from analyses.views.sql import QUANTILE_DEFINITION
 
-# group -> views, main view first
-VIEW_GROUPS: dict[str, tuple[str, ...]] = {
-    "lengths": ("length_quantiles", "length_cdf", "length_drift", "sample_lengths"),
-    "step_variance": ("step_variance", "step_series"),
-    "stage_breakdown": ("stage_breakdown",),
-    "rank_imbalance": ("rank_imbalance",),
-    "gpu_utilization": ("gpu_utilization", "gpu_timeline"),
-    "tool_latency": ("tool_latency", "tool_latency_by_turn", "tool_latency_cdf"),
-    "multiturn": ("multiturn", "multiturn_pmf", "multiturn_by_turn", "trajectories"),
-    "filter_waste": ("filter_waste", "filter_waste_run"),
-}
-
-__all__ = ["QUANTILE_DEFINITION", "VIEW_GROUPS", "open_catalog", "view_doc", "view_frame"]
+__all__ = ["QUANTILE_DEFINITION", "View", "ViewGroup", "all_views", "group", "headline_frame", "view", "view_frame",
+           "view_groups"]
 
 
-def open_catalog(root: Path) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection over the warehouse at ``root`` with every view."""
-    from analyses.catalog import connect
+@cache
+def view_groups() -> tuple[ViewGroup, ...]:
+    """Every view group of the package, in catalog and report order."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        g = getattr(mod, "GROUP", None)
+        if isinstance(g, ViewGroup):
+            if g.name != info.name:
+                raise ValueError(f"view group {g.name!r} must live in analyses/views/{g.name}.py, not {info.name}.py")
+            found.append(g)
+    groups = tuple(sorted(found, key=lambda g: (g.order, g.name)))
+    names = [v.name for g in groups for v in g.views]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ValueError(f"views declared twice: {', '.join(sorted(dup))}")
+    return groups
 
-    return connect(root)
+
+def all_views() -> tuple[View, ...]:
+    """Every view, in creation order (a view may read the views before it)."""
+    return tuple(v for g in view_groups() for v in g.views)
 
 
-def view_frame(
-    source: Path | duckdb.DuckDBPyConnection,
-    name: str,
-    runs: Iterable[str] | None = None,
-) -> pl.DataFrame:
+def group(name: str) -> ViewGroup:
+    for g in view_groups():
+        if g.name == name:
+            return g
+    raise KeyError(f"no view group named {name!r}")
+
+
+def view(name: str) -> View:
+    for v in all_views():
+        if v.name == name:
+            return v
+    raise KeyError(f"no view named {name!r}")
+
+
+def _where_runs(sql: str, runs: Iterable[str] | None) -> tuple[str, list | None]:
+    if runs is None:
+        return sql, None
+    return sql + " WHERE run_id IN (SELECT unnest($1))", [list(runs)]
+
+
+def view_frame(con: duckdb.DuckDBPyConnection, name: str, runs: Iterable[str] | None = None) -> pl.DataFrame:
     """The rows of view ``name`` (optionally only ``runs``) as a Polars frame.
 
-    ``source`` is a warehouse root or a connection from :func:`open_catalog` (reuse one
-    connection when reading several views).
+    ``con`` is a catalog connection (:func:`analyses.catalog.connect` with :func:`all_views`,
+    or :meth:`analyses.api.PolyTrace.connect`); reuse one connection when reading several views.
     """
-    from analyses.catalog import registered_views
-
-    if name not in registered_views():
-        raise KeyError(f"no view named {name!r}")
-    con = open_catalog(source) if isinstance(source, Path) else source
-    sql = f'SELECT * FROM "{name}"'
-    params: list = []
-    if runs is not None:
-        wanted = list(runs)
-        sql += " WHERE run_id IN (SELECT unnest($1))"
-        params = [wanted]
-    return con.sql(sql, params=params or None).pl()
+    v = view(name)
+    sql, params = _where_runs(f'SELECT * FROM "{v.name}"', runs)
+    return con.sql(sql, params=params).pl()
 
 
-def view_doc(name: str) -> str:
-    """The documentation string a view was registered with."""
-    from analyses.catalog import _VIEW_DOCS, registered_views
-
-    registered_views()
-    return _VIEW_DOCS.get(name, "")
+def headline_frame(con: duckdb.DuckDBPyConnection, group_name: str, runs: Iterable[str] | None = None) -> pl.DataFrame:
+    """The headline table of a view group, optionally for ``runs`` only."""
+    sql, params = _where_runs(f"SELECT * FROM ({group(group_name).headline_sql}) h", runs)
+    return con.sql(sql, params=params).pl()

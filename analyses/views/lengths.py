@@ -7,14 +7,15 @@ would weight nothing differently but inflate ``n``. Task is the sample's own, el
 
 from __future__ import annotations
 
-from analyses.catalog import register_view
-from analyses.views._common import QUANTILE_DEFINITION, disc_quantiles, ratio
+from analyses import figures as F
+from analyses.views.group import ReadView, View, ViewGroup
+from analyses.views.sql import QUANTILE_DEFINITION, disc_quantiles, ratio
 
 # Relative change of the median response length that counts as a shift (see length_drift).
 SHIFT_MIN_RATIO = 1.25
 SHIFT_WINDOW = 3
 
-register_view(
+SAMPLE_LENGTHS = View(
     "sample_lengths",
     """
 WITH s AS (
@@ -37,7 +38,7 @@ GROUP BY run_id, task, step, prompt_key
     "NULL when neither is known).",
 )
 
-register_view(
+LENGTH_QUANTILES = View(
     "length_quantiles",
     f"""
 SELECT *, {ratio("max", "mean")} AS max_over_mean, {ratio("p99", "p50")} AS p99_over_p50
@@ -52,7 +53,7 @@ FROM (
     f"p99_over_p50, truncation_share (share of rows with truncated, NULL when unknown). Quantiles: {QUANTILE_DEFINITION}.",
 )
 
-register_view(
+LENGTH_CDF = View(
     "length_cdf",
     """
 WITH c AS (
@@ -76,7 +77,7 @@ WINDOW w AS (PARTITION BY c.run_id, c.task, c.kind ORDER BY c.value
 # SHIFT_WINDOW steps before s. Both windows must be full (no shift in the first/last steps), the
 # jump must exceed ln(SHIFT_MIN_RATIO), and be the largest within +-2 steps so one level change
 # is flagged once, at its first step.
-register_view(
+LENGTH_DRIFT = View(
     "length_drift",
     f"""
 WITH per_step AS (
@@ -114,4 +115,27 @@ FROM jump
     f"exp(mean ln p50 of steps [s, s+{SHIFT_WINDOW - 1}] - mean ln p50 of the {SHIFT_WINDOW} steps before s); "
     f"is_shift when shift_ratio > {SHIFT_MIN_RATIO} or < 1/{SHIFT_MIN_RATIO} and it is the largest jump within "
     "+-2 steps (both windows full).",
+)
+
+def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+    cdf, q = read("length_cdf"), read("length_quantiles")
+    return [F.FigureSpec("lengths__cdf_response", F.length_cdf_figure(cdf, q, "response"), True),
+            F.FigureSpec("lengths__cdf_prompt", F.length_cdf_figure(cdf, q, "prompt")),
+            *F.per_run(read("length_drift"), runs, "lengths__drift", F.length_drift_figure, True)]
+
+
+GROUP = ViewGroup(
+    name="lengths",
+    order=10,
+    title="Length distributions",
+    question="How long are prompts and responses, how heavy is the tail, and does it drift?",
+    needs="samples (prompt_tokens / response_tokens)",
+    main=LENGTH_QUANTILES,
+    views=(SAMPLE_LENGTHS, LENGTH_QUANTILES, LENGTH_CDF, LENGTH_DRIFT),
+    headline_sql="""
+        SELECT run_id, task, kind, n, round(mean, 1) AS mean, p50, p90, p99, p999, max,
+               round(max_over_mean, 2) AS max_over_mean, round(p99_over_p50, 2) AS p99_over_p50,
+               round(truncation_share, 4) AS truncation_share
+        FROM length_quantiles ORDER BY run_id, task, kind DESC""",
+    figures=_figures,
 )

@@ -7,14 +7,15 @@ number of ``turns`` rows; its tool-call count is ``n_tool_calls``, else its ``to
 
 from __future__ import annotations
 
-from analyses.catalog import register_view
-from analyses.views._common import ratio, training_rows
+from analyses import figures as F
+from analyses.views.group import ReadView, View, ViewGroup
+from analyses.views.sql import ratio, training_rows
 
 # turns and tool calls of validation samples are not part of the training workload
 _turns = training_rows("turns")
 _calls = training_rows("tool_calls")
 
-register_view(
+TRAJECTORIES = View(
     "trajectories",
     f"""
 WITH t AS (
@@ -41,7 +42,7 @@ LEFT JOIN c USING (run_id, step, sample_id)
     "completion_tokens, engine_latency_s (sums).",
 )
 
-register_view(
+MULTITURN = View(
     "multiturn",
     f"""
 SELECT run_id, count(*) AS trajectories, avg(n_turns) AS turns_mean,
@@ -57,7 +58,7 @@ FROM trajectories tr GROUP BY run_id
     "max), prefix_cache_share = cached / prompt tokens over all turns, engine latency per turn (p50, p99, s).",
 )
 
-register_view(
+MULTITURN_PMF = View(
     "multiturn_pmf",
     """
 WITH v AS (
@@ -73,7 +74,7 @@ FROM v GROUP BY run_id, variable, value
     "value, n, share.",
 )
 
-register_view(
+MULTITURN_BY_TURN = View(
     "multiturn_by_turn",
     f"""
 SELECT run_id, turn, count(*) AS n, avg(prompt_tokens) AS prompt_tokens_mean,
@@ -86,4 +87,25 @@ FROM {_turns} GROUP BY run_id, turn
 """,
     "Per run x turn index: n, mean prompt tokens, prefix_cache_share, mean completion tokens, "
     "engine latency mean/p50/p90/p99 (s).",
+)
+
+def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+    return [F.FigureSpec("multiturn__pmf", F.multiturn_pmf_figure(read("multiturn_pmf")), True),
+            F.FigureSpec("multiturn__by_turn", F.multiturn_by_turn_figure(read("multiturn_by_turn")))]
+
+
+GROUP = ViewGroup(
+    name="multiturn",
+    order=70,
+    title="Multi-turn structure",
+    question="How many turns and tool calls per trajectory, and how much prefix is cached?",
+    needs="turns / samples.n_turns",
+    main=MULTITURN,
+    views=(TRAJECTORIES, MULTITURN, MULTITURN_PMF, MULTITURN_BY_TURN),
+    headline_sql="""
+        SELECT run_id, trajectories, round(turns_mean, 2) AS turns_mean, turns_max, round(tool_calls_mean, 2) AS tool_calls_mean,
+               tool_calls_max, round(prefix_cache_share, 3) AS prefix_cache_share,
+               round(turn_latency_p50_s, 2) AS turn_latency_p50_s, round(turn_latency_p99_s, 2) AS turn_latency_p99_s
+        FROM multiturn ORDER BY run_id""",
+    figures=_figures,
 )

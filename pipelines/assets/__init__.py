@@ -1,8 +1,8 @@
 """Assets by stage, one module per stage group (ingest, warehouse, characterize, fit, export).
 
 To add a stage: write ``pipelines/assets/<stage>.py`` with module-level ``@asset`` /
-``@multi_asset`` / ``@asset_check`` definitions and list its module name in ``STAGE_MODULES``;
-``pipelines.definitions`` loads assets and checks from every listed module. Runs-partitioned
+``@multi_asset`` / ``@asset_check`` definitions; ``pipelines.definitions`` loads assets and checks
+from every module of this package. Runs-partitioned
 assets (``partitions_def=runs_partitions``) join the per-run job the sensor launches; the others
 run in the cross-run job. The helpers below give every stage the same materialization metadata.
 """
@@ -10,6 +10,7 @@ run in the cross-run job. The helpers below give every stage the same materializ
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -17,19 +18,14 @@ from typing import Any
 import polars as pl
 from dagster import MetadataValue, TableColumn, TableSchema
 
-from analyses.metadata import column_schema, frame_schema, markdown_preview
+from analyses.markdown import markdown_table
+from analyses.metadata import column_schema, frame_schema
 from analyses.schema import Table
-
-STAGE_MODULES: tuple[str, ...] = (
-    "pipelines.assets.ingest",  # groups "ingest" (per-run tables) and "warehouse" (the catalog)
-    "pipelines.assets.characterize",  # group "characterize": one asset per view group, the HTML report
-    "pipelines.assets.fit",  # group "fit": workload specs per run + fidelity scores
-    "pipelines.assets.export",  # group "export": every export format per run
-)
 
 
 def stage_modules() -> list[ModuleType]:
-    return [importlib.import_module(m) for m in STAGE_MODULES]
+    """Every stage module of this package (ingest, characterize, fit, export, ...)."""
+    return [importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)]
 
 
 def contract_table_schema(table: Table | str) -> TableSchema:
@@ -47,5 +43,5 @@ def frame_metadata(head: pl.DataFrame, rows: int | None = None) -> dict[str, Any
     return {
         "dagster/row_count": MetadataValue.int(head.height if rows is None else rows),
         "dagster/column_schema": frame_table_schema(head.schema),
-        "preview": MetadataValue.md(markdown_preview(head, total_rows=rows)),
+        "preview": MetadataValue.md(markdown_table(head, total_rows=rows)),
     }

@@ -5,19 +5,30 @@ warehouse tables, so the UI shows each table with its rows, schema and a preview
 ``warehouse_catalog`` (group ``warehouse``): the DuckDB file of views over every run's Parquet.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: Dagster checks the `context` annotation of an
+# asset, check or sensor at definition time and refuses a string.
 
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-from dagster import AssetKey, AssetSpec, MaterializeResult, MetadataValue, asset, multi_asset
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetSpec,
+    AutomationCondition,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+    multi_asset,
+)
 
-from analyses.catalog import catalog_path, refresh_catalog, registered_views
-from analyses.ingest import FileReport, RunReport, ingest_run
-from analyses.metadata import counts_markdown, markdown_preview, partition_files, partition_rows
+from analyses.ingest import RunReport
+from analyses.markdown import counts_markdown, markdown_table
+from analyses.metadata import partition_files, partition_rows
 from analyses.schema import TABLES, Table
+from analyses.views import all_views
 from analyses.warehouse import partition_dir, scan_table
 from pipelines.assets import contract_table_schema, frame_metadata, frame_table_schema
 from pipelines.partitions import FINGERPRINT_META, dir_fingerprint, runs_partitions
@@ -57,7 +68,7 @@ TABLE_KEYS: list[AssetKey] = [s.key for s in TABLE_SPECS]
     description="Ingest one run directory (the partition) into every warehouse table: sniff each file, "
     "stream it through its reader, reject bad lines with a reason, swap the run's partitions in.",
 )
-def ingest_run_tables(context, warehouse: WarehouseResource) -> Iterator[MaterializeResult]:
+def ingest_run_tables(context: AssetExecutionContext, warehouse: WarehouseResource) -> Iterator[MaterializeResult]:
     run_id = context.partition_key
     run_dir = warehouse.run_dir(run_id)
     root = warehouse.root_path
@@ -65,26 +76,16 @@ def ingest_run_tables(context, warehouse: WarehouseResource) -> Iterator[Materia
 
     def progress(kind: str, data: dict) -> None:
         if kind == "file_done":
-            context.log.info(_file_line(data["report"]))
+            context.log.info(data["report"].line())
 
     # the catalog refresh is the warehouse_catalog asset's job, once per run of the job
     fingerprint = dir_fingerprint(run_dir).key  # before reading: a change during the ingest re-triggers
-    report = ingest_run(run_dir, root, run_id=run_id, progress=progress, refresh=False)
+    report = warehouse.polytrace.ingest(run_dir, run_id=run_id, progress=progress, refresh=False)
     for name in TABLES:
         meta = _table_metadata(root, name, run_id, report)
         if name == "runs":  # the sensor compares this with the directory to skip unchanged runs
             meta[FINGERPRINT_META] = fingerprint
         yield MaterializeResult(asset_key=name, metadata=meta)
-
-
-def _file_line(f: FileReport) -> str:
-    err = f" [{f.status}: {f.error}]" if f.error else (f" [{f.status}]" if f.status != "ok" else "")
-    return (
-        f"{f.path}: {f.format} lines={f.lines} parsed={f.rows_ok} rejected={f.rows_rejected} "
-        f"skipped={f.rows_skipped} rows={f.rows_out}"
-        + (f" superseded={f.rows_superseded}" if f.rows_superseded else "")
-        + f" ({f.seconds:.2f}s){err}"
-    )
 
 
 def _table_metadata(root: Path, table: str, run_id: str, report: RunReport) -> dict[str, Any]:
@@ -112,7 +113,7 @@ def _table_metadata(root: Path, table: str, run_id: str, report: RunReport) -> d
             "rows_superseded",
             "error",
         ]
-        meta["files"] = MetadataValue.md(markdown_preview(sf.select(cols), n=FILES_LISTED, total_rows=rows))
+        meta["files"] = MetadataValue.md(markdown_table(sf.select(cols), n=FILES_LISTED, total_rows=rows))
         meta["ingest_seconds"] = MetadataValue.float(round(report.seconds, 3))
         meta["rows_rejected"] = MetadataValue.int(report.rows_rejected)
     elif table == "runs":
@@ -124,13 +125,14 @@ def _table_metadata(root: Path, table: str, run_id: str, report: RunReport) -> d
     group_name=WAREHOUSE_GROUP,
     deps=TABLE_KEYS,
     kinds={"duckdb"},
+    automation_condition=AutomationCondition.eager(),
     description="The DuckDB catalog (`polytrace.duckdb`): views over every run's Parquet, plus the registered "
     "characterization views. Holds no data; any DuckDB client can open it read-only.",
 )
-def warehouse_catalog(context, warehouse: WarehouseResource) -> MaterializeResult:
-    root = warehouse.root_path
-    path = refresh_catalog(root)
-    con = warehouse.connect()
+def warehouse_catalog(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+    pt = warehouse.polytrace
+    path = pt.refresh_catalog()
+    con = pt.connect()
     try:
         counts = {
             t: con.execute(f'SELECT count(*), count(DISTINCT run_id) FROM "{t}"').fetchone() for t in TABLES
@@ -140,10 +142,10 @@ def warehouse_catalog(context, warehouse: WarehouseResource) -> MaterializeResul
     rows = {t: int(c[0]) for t, c in counts.items()}
     runs = int(counts["runs"][1])
     context.log.info(f"catalog {path}: {runs} run(s); " + ", ".join(f"{t}={n}" for t, n in rows.items() if n))
-    views = sorted(registered_views())
+    views = sorted(v.name for v in all_views())
     return MaterializeResult(
         metadata={
-            "path": MetadataValue.path(str(catalog_path(root))),
+            "path": MetadataValue.path(str(path)),
             "runs": MetadataValue.int(runs),
             "table_rows": MetadataValue.md(counts_markdown(rows)),
             "views": MetadataValue.md(", ".join(f"`{v}`" for v in views) or "_(no registered views yet)_"),

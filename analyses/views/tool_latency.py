@@ -5,16 +5,16 @@ Calls of validation samples (their ``samples`` row has ``validate``) are left ou
 
 from __future__ import annotations
 
-from analyses.catalog import register_view
-from analyses.views._common import QUANTILE_DEFINITION, disc_quantiles, ratio, training_rows
+from analyses import figures as F
+from analyses.schema import TOOL_OK_STATUSES
+from analyses.views.group import ReadView, View, ViewGroup
+from analyses.views.sql import QUANTILE_DEFINITION, disc_quantiles, ratio, training_rows
 
-# statuses that mean the call returned normally; NULL status counts as neither success nor failure
-OK_STATUSES = ("success", "ok", "succeeded")
-_ok = ", ".join(f"'{s}'" for s in OK_STATUSES)
+_ok = ", ".join(f"'{s}'" for s in TOOL_OK_STATUSES)
 _failed = f"status IS NOT NULL AND lower(status) NOT IN ({_ok})"
 _calls = training_rows("tool_calls")  # calls of validation samples are not part of the training workload
 
-register_view(
+TOOL_LATENCY = View(
     "tool_latency",
     f"""
 SELECT *, {ratio("p99", "p50")} AS p99_over_p50, {ratio("failures", "calls")} AS failure_share
@@ -27,11 +27,11 @@ FROM (
 )
 """,
     "Per run x tool: calls, failures (status not one of "
-    f"{', '.join(OK_STATUSES)}; NULL status is not a failure), failure_share, timed_calls, mean_s, "
+    f"{', '.join(TOOL_OK_STATUSES)}; NULL status is not a failure), failure_share, timed_calls, mean_s, "
     f"p50, p90, p99, p999 (seconds), max_s, p99_over_p50. Quantiles: {QUANTILE_DEFINITION}.",
 )
 
-register_view(
+TOOL_LATENCY_BY_TURN = View(
     "tool_latency_by_turn",
     f"""
 SELECT run_id, coalesce(tool_name, 'unknown') AS tool_name, turn, count(*) AS calls,
@@ -43,7 +43,7 @@ FROM {_calls} GROUP BY ALL
     "Per run x tool x turn index: calls, failures, mean_s, p50, p90, p99, max_s of latency.",
 )
 
-register_view(
+TOOL_LATENCY_CDF = View(
     "tool_latency_cdf",
     f"""
 WITH c AS (
@@ -58,4 +58,25 @@ FROM c
 WINDOW w AS (PARTITION BY run_id, tool_name ORDER BY value ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 """,
     "Exact empirical CDF of tool-call latency: one row per run x tool x distinct latency, cdf, ccdf (share > value) and share_ge (share >= value).",
+)
+
+def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+    return [F.FigureSpec("tool_latency__ccdf", F.tool_latency_figure(read("tool_latency_cdf"), read("tool_latency")), True),
+            F.FigureSpec("tool_latency__by_turn", F.tool_latency_by_turn_figure(read("tool_latency_by_turn")))]
+
+
+GROUP = ViewGroup(
+    name="tool_latency",
+    order=60,
+    title="Tool-call latency",
+    question="How slow are tool calls, and how heavy is their tail?",
+    needs="tool_calls",
+    main=TOOL_LATENCY,
+    views=(TOOL_LATENCY, TOOL_LATENCY_BY_TURN, TOOL_LATENCY_CDF),
+    headline_sql="""
+        SELECT run_id, tool_name, calls, failures, round(p50, 3) AS p50_s, round(p90, 3) AS p90_s,
+               round(p99, 3) AS p99_s, round(p999, 3) AS p999_s, round(max_s, 3) AS max_s,
+               round(p99_over_p50, 2) AS p99_over_p50
+        FROM tool_latency ORDER BY run_id, tool_name""",
+    figures=_figures,
 )

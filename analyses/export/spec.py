@@ -1,6 +1,6 @@
 """The PolyTrace spec: one versioned JSON file holding every fitted workload.
 
-Layout (documented in docs/spec.md, machine-checked by ``analyses/fit/spec.schema.json``)::
+Layout (documented in docs/spec.md, machine-checked by ``analyses/export/spec.schema.json``)::
 
     {"polytrace_spec_version": "1.0", "generator": ..., "seed": 0,
      "source": {"runs": [...]},

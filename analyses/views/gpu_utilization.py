@@ -7,7 +7,10 @@ below IDLE_UTIL_PCT: sampling jitter keeps an idle GPU at 0-2 %, never above.
 
 from __future__ import annotations
 
-from analyses.catalog import register_view
+import polars as pl
+
+from analyses import figures as F
+from analyses.views.group import ReadView, View, ViewGroup
 
 UTIL_METRIC = "gpu_util_pct"
 IDLE_UTIL_PCT = 5.0
@@ -16,7 +19,7 @@ TIMELINE_POINTS = 300
 # the utilization samples both views read
 _UTIL = f"SELECT run_id, coalesce(host, '') AS host, gpu, ts, value FROM gpu_samples WHERE metric = '{UTIL_METRIC}' AND value IS NOT NULL"
 
-register_view(
+GPU_UTILIZATION = View(
     "gpu_utilization",
     f"""
 WITH u AS (
@@ -44,7 +47,7 @@ WINDOW g AS (PARTITION BY run_id, scope, step)
     "(max - min of the per-GPU means).",
 )
 
-register_view(
+GPU_TIMELINE = View(
     "gpu_timeline",
     f"""
 WITH u AS (
@@ -62,4 +65,26 @@ GROUP BY ALL
 """,
     f"GPU utilization over time for plotting: per run x GPU, mean gpu_util_pct in buckets of max(1 s, "
     f"run span / {TIMELINE_POINTS}); ts = bucket start.",
+)
+
+def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+    per_step = read("gpu_utilization").filter(pl.col("scope") == "step")
+    return [*F.per_run(read("gpu_timeline"), runs, "gpu_utilization__timeline", F.gpu_timeline_figure, True),
+            *F.per_run(per_step, runs, "gpu_utilization__per_step", F.gpu_step_figure)]
+
+
+GROUP = ViewGroup(
+    name="gpu_utilization",
+    order=50,
+    title="GPU utilization",
+    question="How busy were the GPUs, per step where telemetry aligns?",
+    needs="gpu_samples (gpu_util_pct), step_windows for per-step alignment",
+    main=GPU_UTILIZATION,
+    views=(GPU_UTILIZATION, GPU_TIMELINE),
+    headline_sql="""
+        SELECT run_id, max(n_gpus) AS gpus, sum(n_samples) AS samples, round(avg(mean_util_pct), 1) AS mean_util_pct,
+               round(avg(idle_share), 3) AS idle_share, round(max(gpu_spread_pct), 1) AS gpu_spread_pct,
+               (SELECT count(DISTINCT step) FROM gpu_utilization s WHERE s.run_id = g.run_id AND s.scope = 'step') AS aligned_steps
+        FROM gpu_utilization g WHERE scope = 'run' GROUP BY run_id ORDER BY run_id""",
+    figures=_figures,
 )

@@ -8,8 +8,9 @@ count means unknown.
 
 from __future__ import annotations
 
-from analyses.catalog import register_view
-from analyses.views._common import ratio
+from analyses import figures as F
+from analyses.views.group import ReadView, View, ViewGroup
+from analyses.views.sql import ratio
 
 _sums = """
 count(*) AS gen_batches, CAST(sum(prompts_generated) AS BIGINT) AS prompts_generated, CAST(sum(prompts_kept) AS BIGINT) AS prompts_kept,
@@ -22,7 +23,7 @@ _shares = f"""
 {ratio("samples_generated - samples_kept", "samples_generated")} AS filtered_sample_share
 """
 
-register_view(
+FILTER_WASTE = View(
     "filter_waste",
     f"SELECT *, {_shares} FROM (SELECT run_id, trainer_step, {_sums} FROM filter_batches GROUP BY ALL)",
     "Per run x trainer step: gen_batches, prompts generated/kept/used, samples generated/kept; filtered_share "
@@ -30,11 +31,31 @@ register_view(
     "trained on (filtered + surplus kept beyond the batch); filtered_sample_share the same in samples.",
 )
 
-register_view(
+FILTER_WASTE_RUN = View(
     "filter_waste_run",
     f"""
 SELECT *, {_shares}, {ratio("gen_batches", "trainer_steps")} AS gen_batches_per_step
 FROM (SELECT run_id, count(DISTINCT trainer_step) AS trainer_steps, {_sums} FROM filter_batches GROUP BY ALL)
 """,
     "Per run: trainer_steps, gen_batches, gen_batches_per_step, the sums and shares of filter_waste over the run.",
+)
+
+def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+    return F.per_run(read("filter_waste"), runs, "filter_waste__per_step", F.filter_waste_figure, True)
+
+
+GROUP = ViewGroup(
+    name="filter_waste",
+    order=80,
+    title="Filtering waste",
+    question="How many generation batches per step, and how much generation is discarded?",
+    needs="filter_batches (DAPO filter logs)",
+    main=FILTER_WASTE,
+    views=(FILTER_WASTE, FILTER_WASTE_RUN),
+    headline_sql="""
+        SELECT run_id, trainer_steps, gen_batches, round(gen_batches_per_step, 2) AS gen_batches_per_step,
+               prompts_generated, prompts_kept, prompts_used, round(filtered_share, 3) AS filtered_share,
+               round(unused_share, 3) AS unused_share
+        FROM filter_waste_run ORDER BY run_id""",
+    figures=_figures,
 )

@@ -7,10 +7,11 @@ and idle_share = 1 - mean/max, the share of the units' capacity spent waiting fo
 
 from __future__ import annotations
 
-from analyses.catalog import register_view
-from analyses.views._common import ratio
+from analyses import figures as F
+from analyses.views.group import ReadView, View, ViewGroup
+from analyses.views.sql import ratio
 
-register_view(
+RANK_IMBALANCE = View(
     "rank_imbalance",
     f"""
 WITH train_samples AS (
@@ -70,4 +71,24 @@ FROM all_rows
     "global_seqlen/{max,min,mean} (phase 'train_batch') and balanced_{max,min} ('train_batch_balanced'); "
     "and phase 'rollout_batch', unit 'sample': every response of the step (longest/mean response; idle_share "
     "= idle share of decode slots).",
+)
+
+def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+    return F.per_run(read("rank_imbalance"), runs, "rank_imbalance__per_step", F.imbalance_figure, True)
+
+
+GROUP = ViewGroup(
+    name="rank_imbalance",
+    order=40,
+    title="Load imbalance",
+    question="How unevenly is work spread across DP ranks and across a rollout batch?",
+    needs="samples with dp_rank, rank_times, or global_seqlen/* metrics",
+    main=RANK_IMBALANCE,
+    views=(RANK_IMBALANCE,),
+    headline_sql="""
+        SELECT run_id, phase, quantity, count(*) AS steps, round(median(max_over_mean), 3) AS median_max_over_mean,
+               round(min(max_over_mean), 3) AS min_max_over_mean, round(max(max_over_mean), 3) AS max_max_over_mean,
+               round(max(max_over_min), 3) AS max_max_over_min, round(avg(idle_share), 3) AS mean_idle_share
+        FROM rank_imbalance GROUP BY ALL ORDER BY run_id, phase, quantity""",
+    figures=_figures,
 )

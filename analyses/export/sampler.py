@@ -44,7 +44,7 @@ def steps_for(workload: dict[str, Any], n_steps: int) -> list[int]:
     return list(range(first, first + int(n_steps)))
 
 
-def _scaled_ppf(m: Any, u: np.ndarray, factor: float, cap: float | None = None) -> np.ndarray:
+def scaled_ppf(m: Any, u: np.ndarray, factor: float, cap: float | None = None) -> np.ndarray:
     if isinstance(m, ContinuousFit):
         return apply_bounds(m.dist().ppf(u) * factor, m.lower, m.censor_at, m.integer)
     if isinstance(m, EmpiricalTailFit):
@@ -87,7 +87,7 @@ def _gen_step(w: dict[str, Any], step: int, rng: np.random.Generator) -> tuple[p
         cop = GroupCopula.from_dict(joint.get("gaussian_copula") or {})
         up, ur = cop.latents(rng, G, n)
         prompt = np.maximum(np.rint(mp.ppf(up)), 1.0)
-        resp = _scaled_ppf(mr, ur.ravel(), f, v["response_tokens"].get("censor_at"))
+        resp = scaled_ppf(mr, ur.ravel(), f, v["response_tokens"].get("censor_at"))
     g = np.repeat(np.arange(G), n)
     ndp = len(b.get("dp_ranks") or [0])
     dp_idx = g * ndp // G

@@ -1,0 +1,54 @@
+"""The ``polytrace`` command line: one module per command, each declaring a
+:class:`~analyses.cli.common.Command`; :data:`COMMANDS` is the list the parser is built from.
+Every handler works through :class:`analyses.api.PolyTrace`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from analyses.cli import export, fidelity, fit, ingest, query, report, runs
+from analyses.cli.common import EXIT_OK, EXIT_USAGE, Command, UsageError
+
+COMMANDS: tuple[Command, ...] = (
+    ingest.COMMAND,
+    query.COMMAND,
+    runs.COMMAND,
+    report.COMMAND,
+    fit.COMMAND,
+    export.COMMAND,
+    export.SAMPLE,
+    fidelity.COMMAND,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="polytrace",
+        description="Trace analytics for RLVR training workloads.",
+        formatter_class=fmt,
+        epilog="example:\n  polytrace ingest --root sample_logs && polytrace runs",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for c in COMMANDS:
+        p = sub.add_parser(c.name, help=c.help, description=c.description, epilog=c.epilog, formatter_class=fmt)
+        c.add_arguments(p)
+        p.set_defaults(handler=c.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.handler(args)
+    except UsageError as exc:
+        print(f"polytrace {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return EXIT_OK

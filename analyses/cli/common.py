@@ -1,0 +1,47 @@
+"""What every ``polytrace`` command shares: the command declaration, exit codes, usage errors and
+the ``--warehouse`` option."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from analyses.api import PolyTrace
+from analyses.warehouse import ENV_WAREHOUSE
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Unusable arguments or input: one clear line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its parser text, its arguments and its handler (returns the exit code)."""
+
+    name: str
+    help: str
+    description: str
+    epilog: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def add_warehouse(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--warehouse",
+        type=Path,
+        default=None,
+        help=f"warehouse directory (default: ${ENV_WAREHOUSE} or ./warehouse)",
+    )
+
+
+def warehouse(args: argparse.Namespace, must_exist: bool = True) -> PolyTrace:
+    """The warehouse the command works on; a missing one is a usage error when it must exist."""
+    pt = PolyTrace(args.warehouse)
+    if must_exist and not pt.exists():
+        raise UsageError(f"warehouse {pt.root} does not exist (run `polytrace ingest` first)")
+    return pt

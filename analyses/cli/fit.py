@@ -1,0 +1,59 @@
+"""``polytrace fit``: fitted workload distributions per run into one versioned spec file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from analyses.cli.common import EXIT_OK, Command, UsageError, add_warehouse, warehouse
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", nargs="+", metavar="RUN", help="runs to fit (default: every run with samples)")
+    p.add_argument("--out", type=Path, required=True, help="spec file to write")
+    p.add_argument("--seed", type=int, default=0, help="seed for subsampling and model selection (default 0)")
+    add_warehouse(p)
+
+
+def workload_line(key: str, w: dict[str, Any]) -> str:
+    """One line per fitted workload: its shape and the models chosen."""
+    v = w["variables"]
+    r = v["response_tokens"]
+    fam = r.get("family") or r["kind"]
+    cens = f", {r.get('n_censored', 0)} censored at {r['censor_at']:.0f}" if r.get("censor_at") else ""
+    b = w["batch"]
+    extra = ", ".join(k for k in v if k not in ("prompt_tokens", "response_tokens"))
+    return (f"{key}: task={w['task']} samples={w['n_samples']} batch={b['prompts_per_step']}x{b['samples_per_prompt']} "
+            f"dp={len(b['dp_ranks'])} response={fam}{cens} joint={w['joint']['selected']} drift={w['drift']['kind']}"
+            + (f" also: {extra}" if extra else ""))
+
+
+def _run(args: argparse.Namespace) -> int:
+    pt = warehouse(args)
+    have = pt.runs_with_samples()
+    if args.runs:
+        missing = [r for r in args.runs if r not in have]
+        if missing:
+            raise UsageError(f"no per-sample lengths for run(s): {', '.join(missing)} "
+                             f"(runs with samples: {', '.join(have) or 'none'})")
+    elif not have:
+        raise UsageError("no run in the warehouse has per-sample lengths to fit")
+    spec = pt.fit(args.runs, seed=args.seed, out=args.out)
+    for key, w in spec["workloads"].items():
+        print(workload_line(key, w))
+    print(f"spec: {args.out.resolve()}  ({len(spec['workloads'])} workload(s), version {spec['polytrace_spec_version']})")
+    return EXIT_OK
+
+
+COMMAND = Command(
+    name="fit",
+    help="fit workload distributions per run into a PolyTrace spec (JSON)",
+    description="Fit, per run x task, prompt/response lengths (censored MLE over candidate families, AIC, "
+    "KS/Wasserstein/tail errors), turns and tool calls (pmfs), tool latency (body + GPD tail), reward time, "
+    "the prompt/response dependence (copula or mixture) and the response-length drift across steps. "
+    "Writes one versioned spec file (schema: analyses/export/spec.schema.json, docs/spec.md).",
+    epilog="examples:\n  polytrace fit --out spec.json\n  polytrace fit --runs run-a run-b --out spec.json --warehouse /tmp/wh",
+    add_arguments=_arguments,
+    run=_run,
+)

@@ -1,0 +1,31 @@
+"""``polytrace runs``: one line per ingested run with its counts."""
+
+from __future__ import annotations
+
+import argparse
+
+from analyses.cli.common import EXIT_OK, Command, add_warehouse, warehouse
+
+
+def _run(args: argparse.Namespace) -> int:
+    df = warehouse(args).runs()
+    if df.height == 0:
+        print("no runs")
+        return EXIT_OK
+    for r in df.iter_rows(named=True):
+        print(
+            f"{r['run_id']}: task={r['task'] or '-'} model={r['model'] or '-'} files={r['files']} "
+            f"(errors={r['file_errors']}) steps={r['steps']} samples={r['samples']} gpu_samples={r['gpu_samples']} "
+            f"rejects={r['rejects']}"
+        )
+    return EXIT_OK
+
+
+COMMAND = Command(
+    name="runs",
+    help="list ingested runs with their counts",
+    description="One line per run: task, model, files, steps, samples, rejects.",
+    epilog="example:\n  polytrace runs --warehouse /tmp/wh",
+    add_arguments=add_warehouse,
+    run=_run,
+)

@@ -1,0 +1,1 @@
+"""One module per export format; each defines ``FORMAT`` (see :mod:`analyses.export.registry`)."""

@@ -1,0 +1,100 @@
+"""The export formats, declared once: each module of :mod:`analyses.export.formats` defines
+``FORMAT = ExportFormat(...)``; :func:`export_formats` finds them. The CLI's choices, the docs
+table, the Dagster asset and the conformance suite all read this list.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache, cached_property
+from pathlib import Path
+from typing import Any
+
+from analyses.export import formats as formats_pkg
+from analyses.export.sampler import Generated, generate, steps_for
+
+
+@dataclass
+class ExportJob:
+    """One workload of a spec to write in one format under ``out``."""
+
+    key: str
+    workload: dict[str, Any]
+    spec: dict[str, Any]
+    out: Path
+    seed: int = 0
+    steps: int | None = None
+    step_interval_s: float | None = None
+
+    @cached_property
+    def generated(self) -> Generated:
+        """The workload's steps drawn with the seeded sampler (same seed, same bytes)."""
+        w = self.workload
+        n = self.steps if self.steps is not None else int(w["batch"].get("n_steps", 1))
+        return generate(w, steps_for(w, n), self.seed, key=self.key)
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """An output format and the tool that reads it.
+
+    ``files`` names what is written (per workload directory); ``consumer`` and ``loader`` say
+    which tool and which of its functions or classes read the files; ``try_it`` is a command a
+    user can run to check a file with that tool.
+    """
+
+    name: str
+    order: int
+    description: str
+    files: str
+    consumer: str
+    loader: str
+    try_it: str
+    write: Callable[[ExportJob], list[Path]]
+
+
+@cache
+def export_formats() -> tuple[ExportFormat, ...]:
+    """Every format of :mod:`analyses.export.formats`, in documentation order."""
+    found = []
+    for info in pkgutil.iter_modules(formats_pkg.__path__):
+        fmt = getattr(importlib.import_module(f"{formats_pkg.__name__}.{info.name}"), "FORMAT", None)
+        if isinstance(fmt, ExportFormat):
+            found.append(fmt)
+    return tuple(sorted(found, key=lambda f: (f.order, f.name)))
+
+
+def format_names() -> tuple[str, ...]:
+    return tuple(f.name for f in export_formats())
+
+
+def export_format(name: str) -> ExportFormat:
+    for f in export_formats():
+        if f.name == name:
+            return f
+    raise ValueError(f"unknown format {name!r}; one of {', '.join(format_names())}")
+
+
+def workload_dirs(spec: dict[str, Any], out: Path, only: str | None = None) -> list[tuple[str, dict[str, Any], Path]]:
+    """(key, workload, directory) per workload: ``out`` itself when there is one."""
+    items = [(k, w) for k, w in spec["workloads"].items() if only is None or k == only or w.get("run_id") == only]
+    if not items:
+        raise KeyError(f"no workload {only!r} in the spec" if only else "the spec has no workloads")
+    if len(items) == 1:
+        return [(items[0][0], items[0][1], out)]
+    return [(k, w, out / re.sub(r"[^A-Za-z0-9_.-]+", "_", k)) for k, w in items]
+
+
+def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = None, seed: int = 0,
+           workload: str | None = None, step_interval_s: float | None = None) -> list[Path]:
+    """Write ``fmt`` for every workload of ``spec`` under ``out``; returns the files written."""
+    f = export_format(fmt)
+    written: list[Path] = []
+    for key, w, d in workload_dirs(spec, out, workload):
+        d.mkdir(parents=True, exist_ok=True)
+        written.extend(f.write(ExportJob(key, w, spec, d, seed, steps, step_interval_s)))
+    return written

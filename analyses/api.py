@@ -32,7 +32,7 @@ from analyses.ingest import ProgressFn, RunReport, ingest_run
 from analyses.report import ReportResult, Section, build_report, group_section
 from analyses.sandbox import run_queries
 from analyses.views import all_views, group, headline_frame, view_frame
-from analyses.warehouse import default_root, run_ids
+from analyses.warehouse import DEFAULT_LOCK_WAIT_S, default_root, run_ids
 
 REPORT_NAME = "polytrace_report.html"
 
@@ -135,13 +135,13 @@ class PolyTrace:
         return run_ids(self.root)
 
     def ingest(self, path: Path, run_id: str | None = None, progress: ProgressFn | None = None,
-               refresh: bool = True) -> RunReport:
+               refresh: bool = True, lock_wait_s: float = DEFAULT_LOCK_WAIT_S) -> RunReport:
         """Ingest one run (a directory of logs or a single file); see :func:`analyses.ingest.ingest_run`.
 
         The run's commit refreshes the catalog file's base tables; ``refresh`` also (re)creates
         every derived view there (skip it when ingesting many runs and refresh once at the end).
         """
-        report = ingest_run(path, self.root, run_id=run_id, progress=progress)
+        report = ingest_run(path, self.root, run_id=run_id, progress=progress, lock_wait_s=lock_wait_s)
         if refresh:
             self.refresh_catalog()
         return report

@@ -1,10 +1,19 @@
-"""The DuckDB catalog: a file of views over the Parquet warehouse, never of data.
+"""The DuckDB catalog: views over the published Parquet of every run, never data.
 
-``refresh_catalog`` rewrites ``<root>/polytrace.duckdb`` under an OS file lock so that parallel
-ingests never meet DuckDB's single-writer lock. ``connect`` gives readers an in-memory
-connection with the same views, so queries never contend for the catalog file at all.
-The caller says which derived views to create (``analyses.views.all_views()`` for all of them);
-this module knows only the base tables.
+Two forms of the same views:
+
+- ``connect`` gives an in-memory connection (absolute paths), so queries never contend for a
+  file; with ``sandbox`` it can read those files and nothing else.
+- ``refresh_catalog`` rewrites ``<root>/polytrace.duckdb`` for any DuckDB client, under an OS
+  file lock so parallel ingests never meet DuckDB's single-writer lock. Its paths are relative
+  to the warehouse directory, so a copied or moved warehouse still opens (``cd warehouse &&
+  duckdb -readonly polytrace.duckdb``, or ``SET file_search_path`` to the warehouse), and it is
+  written in DuckDB's v1.0 storage format, so DuckDB 1.x opens it as well as 2.x.
+
+The base-table views list exactly the files the run manifests name (see
+:mod:`analyses.warehouse`), so a half-written run is never read. The caller says which derived
+views to create (``analyses.views.all_views()`` for all of them); this module knows only the
+base tables.
 """
 
 from __future__ import annotations
@@ -21,32 +30,10 @@ import duckdb
 
 from analyses.sandbox import lock_down
 from analyses.schema import TABLES, duckdb_type
-from analyses.warehouse import table_files
+from analyses.warehouse import published_runs
 
 CATALOG_NAME = "polytrace.duckdb"
-
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
-def base_table_ddl(root: Path) -> tuple[list[str], list[str]]:
-    """``CREATE OR REPLACE VIEW`` for each base table over its Parquet files (typed and empty when
-    it has none), and the files those views read."""
-    out, files = [], []
-    for name, t in TABLES.items():
-        parts = table_files(root, name)
-        files.extend(parts)
-        cols = ", ".join(f'"{c}"' for c in t.columns)
-        if parts:
-            body = (
-                f"SELECT {cols} FROM read_parquet([{', '.join(_sql_str(f) for f in parts)}], "
-                "hive_partitioning = true, hive_types = {'run_id': 'VARCHAR'}, union_by_name = true)"
-            )
-        else:
-            typed = ", ".join(f'CAST(NULL AS {duckdb_type(d)}) AS "{c}"' for c, d in t.columns.items())
-            body = f"SELECT {typed} WHERE false"
-        out.append(f'CREATE OR REPLACE VIEW "{name}" AS {body}')
-    return out, files
+STORAGE_VERSION = "v1.0.0"  # the catalog file opens in DuckDB 1.0 and later
 
 
 class DerivedView(Protocol):
@@ -54,9 +41,34 @@ class DerivedView(Protocol):
     sql: str
 
 
-def all_ddl(root: Path, views: Iterable[DerivedView] = ()) -> tuple[list[str], list[str]]:
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def base_table_ddl(root: Path, relative: bool = False) -> tuple[list[str], list[str]]:
+    """``CREATE OR REPLACE VIEW`` for each base table over its published files (typed and empty
+    when it has none), and the absolute paths of the files those views read."""
+    pub = published_runs(root)
+    base = root.resolve()
+    out, files = [], []
+    for name, t in TABLES.items():
+        rels = [pub[r].tables[name].path for r in sorted(pub) if name in pub[r].tables]
+        files.extend(str(base / p) for p in rels)
+        cols = ", ".join(f'"{c}"' for c in t.columns)
+        if rels:
+            listed = ", ".join(_sql_str(p if relative else str(base / p)) for p in rels)
+            body = (f"SELECT {cols} FROM read_parquet([{listed}], hive_partitioning = true, "
+                    "hive_types = {'run_id': 'VARCHAR'})")
+        else:
+            typed = ", ".join(f'CAST(NULL AS {duckdb_type(d)}) AS "{c}"' for c, d in t.columns.items())
+            body = f"SELECT {typed} WHERE false"
+        out.append(f'CREATE OR REPLACE VIEW "{name}" AS {body}')
+    return out, files
+
+
+def all_ddl(root: Path, views: Iterable[DerivedView] = (), relative: bool = False) -> tuple[list[str], list[str]]:
     """DDL for the base tables, then ``views`` in the order given; and the data files they read."""
-    ddl, files = base_table_ddl(root)
+    ddl, files = base_table_ddl(root, relative)
     return ddl + [f'CREATE OR REPLACE VIEW "{v.name}" AS {v.sql}' for v in views], files
 
 
@@ -98,14 +110,16 @@ def refresh_catalog(
     with _file_lock(root / ".catalog.lock"):
         for attempt in range(retries):
             try:
-                con = duckdb.connect(str(path))
+                con = duckdb.connect(str(path), config={"storage_compatibility_version": STORAGE_VERSION})
             except duckdb.IOException as exc:  # someone outside our lock (a user's CLI) holds it
                 if on_retry:
                     on_retry(exc)
                 time.sleep(min(0.05 * (attempt + 1), 1.0))
                 continue
             try:
-                for stmt in all_ddl(root, views)[0]:
+                # relative paths resolve against the warehouse while the views are created
+                con.execute("SET file_search_path = $1", [str(root.resolve())])
+                for stmt in all_ddl(root, views, relative=True)[0]:
                     con.execute(stmt)
             finally:
                 con.close()

@@ -8,22 +8,26 @@ runs still land. Nothing in an input file is ever executed or ``eval``-ed.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import polars as pl
 
 from analyses.alignment import derive_step_windows
 from analyses.catalog import refresh_catalog
-from analyses.manifest import MANIFEST_NAME, RunManifest, load_manifest, sanitize_run_id
+from analyses.manifest import MANIFEST_NAME, RunManifest, load_manifest, run_id_from_name, validate_run_id
 from analyses.readers import detect, reader_by_name
 from analyses.readers.base import FileContext, UnreadableFile, read_head
 from analyses.schema import RUNS, SOURCE_FILES, STEP_METRICS
 from analyses.steps import derive_steps
-from analyses.warehouse import RunStaging
+from analyses.table_checks import blocking_problems
+from analyses.warehouse import DEFAULT_LOCK_WAIT_S, RunStaging, clean_stale, kill_point, run_lock
 
 BINARY_SNIFF = 8192
 
@@ -59,6 +63,7 @@ class RunReport:
     files: list[FileReport] = field(default_factory=list)
     table_rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def rows_rejected(self) -> int:
@@ -67,27 +72,59 @@ class RunReport:
     def summary_lines(self) -> list[str]:
         """What ``polytrace ingest`` prints and the Dagster run log shows: the run, then a line per file."""
         tables = ", ".join(f"{k}={v}" for k, v in self.table_rows.items() if v)
-        return [f"run {self.run_id}: {len(self.files)} file(s); {tables or 'no rows'}", *(f"  {f.line()}" for f in self.files)]
+        return [f"run {self.run_id}: {len(self.files)} file(s); {tables or 'no rows'}", *(f"  {f.line()}" for f in self.files),
+                *(f"  warning: {w}" for w in self.warnings)]
 
 
 ProgressFn = Callable[[str, dict], None]
 
 
-def discover_files(run_path: Path, manifest: RunManifest) -> list[Path]:
+@dataclass(frozen=True)
+class RunFiles:
+    """A run's input files, and the entries below it that are not read, with why."""
+
+    files: list[Path]
+    skipped: list[tuple[str, str]]  # (path relative to the run, reason)
+
+
+def discover_files(run_path: Path, manifest: RunManifest) -> RunFiles:
     """Input files of a run: every regular file below it but the manifest, its tokenizer, and
-    hidden files/directories (editor swap files, ``.git``)."""
+    hidden files/directories (editor swap files, ``.git``). Symlinks are followed only when
+    they stay inside the run directory; the others are listed as skipped with the reason."""
     if run_path.is_file():
-        return [run_path]
+        return RunFiles([run_path], [])
+    base = run_path.resolve()
     tok = manifest.tokenizer_path()
-    out = []
-    for p in sorted(run_path.rglob("*")):
-        rel = p.relative_to(run_path)
-        if any(part.startswith(".") for part in rel.parts) or not p.is_file():
-            continue
-        if rel.as_posix() == MANIFEST_NAME or (tok is not None and p.resolve() == tok.resolve()):
-            continue
-        out.append(p)
-    return out
+    tok = tok.resolve() if tok is not None else None
+    files: list[Path] = []
+    skipped: list[tuple[str, str]] = []
+    for dirpath, dirnames, filenames in os.walk(run_path, followlinks=False):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for d in list(dirnames):
+            if (here / d).is_symlink():  # os.walk lists it but never descends: say so
+                dirnames.remove(d)
+                skipped.append(((here / d).relative_to(run_path).as_posix(), "directory symlink, not followed"))
+        for name in sorted(filenames):
+            p = here / name
+            rel = p.relative_to(run_path).as_posix()
+            if name.startswith(".") or rel == MANIFEST_NAME:
+                continue
+            try:
+                real = p.resolve(strict=True)
+            except (OSError, RuntimeError):
+                skipped.append((rel, "dangling or looping symlink"))
+                continue
+            if not real.is_relative_to(base):
+                skipped.append((rel, f"symlink to {real}, outside the run directory: not read"))
+                continue
+            if not real.is_file():
+                skipped.append((rel, "not a regular file"))
+                continue
+            if tok is not None and real == tok:
+                continue
+            files.append(p)
+    return RunFiles(sorted(files), sorted(skipped))
 
 
 def _sha256(path: Path) -> str:
@@ -105,8 +142,13 @@ def _looks_binary(path: Path) -> bool:
 
 
 def resolve_run_id(run_path: Path, manifest: RunManifest, run_id: str | None) -> str:
-    raw = run_id or manifest.run_id or (run_path.name if run_path.is_dir() else run_path.stem)
-    return sanitize_run_id(raw)
+    """The run's id: ``run_id`` (checked against the rule), else run.toml's, else the name of the
+    directory (or file) made to follow the rule; :class:`RunIdError` when none can."""
+    if run_id is not None:
+        return validate_run_id(run_id)
+    if manifest.run_id is not None:
+        return validate_run_id(manifest.run_id, "run_id in run.toml")
+    return run_id_from_name(run_path.name if run_path.is_dir() else run_path.stem)
 
 
 def ingest_run(
@@ -114,36 +156,65 @@ def ingest_run(
     root: Path,
     run_id: str | None = None,
     progress: ProgressFn | None = None,
+    lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
 ) -> RunReport:
     """Ingest ``run_path`` (a directory or one file) as one run into the warehouse at ``root``.
 
-    Re-ingesting replaces the run's partitions whole; the same inputs give identical tables. The
-    catalog file's base-table views are refreshed; its derived views are the facade's business
-    (:meth:`analyses.api.PolyTrace.refresh_catalog`).
+    The run is staged privately and published atomically (:meth:`RunStaging.commit`): readers
+    see the previous version or the new one, whatever happens. A second writer of the same run
+    id waits up to ``lock_wait_s`` (told through ``progress`` as ``"lock_wait"``) and then raises
+    :class:`~analyses.warehouse.RunLocked`. A version that fails the blocking checks is kept
+    aside and raises :class:`~analyses.warehouse.CommitRefused`. Re-ingesting the same inputs
+    gives identical tables. The catalog file's base-table views are refreshed on publish; its
+    derived views are the facade's business (:meth:`analyses.api.PolyTrace.refresh_catalog`).
     """
     t0 = time.perf_counter()
     run_path = run_path.resolve()
     manifest = load_manifest(run_path)
     rid = resolve_run_id(run_path, manifest, run_id)
     report = RunReport(run_id=rid, source=str(run_path))
-    staging = RunStaging(root, rid)
     emit = progress or (lambda _e, _d: None)
-    try:
-        files = discover_files(run_path, manifest)
-        emit("run_start", {"run_id": rid, "files": len(files), "bytes": sum(p.stat().st_size for p in files)})
-        for idx, path in enumerate(files):
-            rel = path.name if run_path.is_file() else path.relative_to(run_path).as_posix()
-            fr = _ingest_file(idx, path, rel, rid, manifest, staging, emit)
-            report.files.append(fr)
-        _finish_run(staging, report, manifest, run_path)
-        staging.commit()
-    except BaseException:
-        staging.abort()
-        raise
-    refresh_catalog(root)
+    clean_stale(root)
+    with run_lock(root, rid, lock_wait_s, on_wait=lambda msg: emit("lock_wait", {"run_id": rid, "message": msg})):
+        staging = RunStaging(root, rid)
+        try:
+            found = discover_files(run_path, manifest)
+            files = found.files
+            emit("run_start", {"run_id": rid, "files": len(files), "bytes": sum(p.stat().st_size for p in files)})
+            for idx, path in enumerate(files):
+                rel = path.name if run_path.is_file() else path.relative_to(run_path).as_posix()
+                report.files.append(_ingest_file(idx, path, rel, rid, manifest, staging, emit))
+                kill_point("read")
+            report.files.extend(FileReport(path=rel, format="unknown", bytes=0, status="skipped", error=why)
+                                for rel, why in found.skipped)
+            _finish_run(staging, report, manifest, run_path)
+            staging.commit(check=blocking_problems, holding_lock=True, after_publish=lambda: _refresh(root, report),
+                           info={"source": str(run_path), "fingerprint": content_fingerprint(report.files)})
+        except BaseException:
+            staging.abort()
+            raise
     report.seconds = time.perf_counter() - t0
     emit("run_done", {"run_id": rid, "seconds": report.seconds})
     return report
+
+
+def content_fingerprint(files: list[FileReport]) -> str:
+    """A digest of what a run's inputs are: each file's path and sha256. The same files give the
+    same fingerprint wherever they live, so unchanged runs can skip work keyed by it."""
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda f: f.path):
+        h.update(f"{f.path}\0{f.sha256}\0{f.status}\n".encode())
+    return h.hexdigest()
+
+
+def _refresh(root: Path, report: RunReport) -> None:
+    """The catalog file follows the new version; failing that is reported, not fatal: queries
+    through ``polytrace``/the facade never read the file."""
+    try:
+        refresh_catalog(root)
+    except (TimeoutError, OSError, duckdb.Error) as exc:
+        report.warnings.append(f"catalog file not refreshed ({exc}); run `polytrace ingest` again or open the "
+                               "warehouse through polytrace")
 
 
 def _ingest_file(
@@ -263,8 +334,6 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
     staging.replace("steps", steps)
     staging.replace("step_windows", derive_step_windows(steps, manifest))
     if attrs_dir.exists():
-        import shutil
-
         shutil.rmtree(attrs_dir)
     sf = pl.DataFrame(
         [

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from analyses.schema import TABLES, Table
-from analyses.warehouse import partition_dir
+from analyses.warehouse import partition_files
 
 
 def dtype_name(dtype: pl.DataType) -> str:
@@ -40,11 +40,6 @@ def column_schema(table: Table | str) -> list[tuple[str, str, str | None]]:
 def frame_schema(schema: Mapping[str, pl.DataType]) -> list[tuple[str, str]]:
     """(name, type) for a frame's or a Parquet file's schema."""
     return [(name, dtype_name(dtype)) for name, dtype in schema.items()]
-
-
-def partition_files(root: Path, table: str, run_id: str) -> list[Path]:
-    """The Parquet part files of one run's partition of ``table`` (sorted)."""
-    return sorted(partition_dir(root, table, run_id).glob("*.parquet"))
 
 
 def partition_rows(root: Path, table: str, run_id: str) -> int:

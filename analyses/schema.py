@@ -68,12 +68,15 @@ SOURCE_FILES = Table(
         "rows_skipped": I64,  # lines skipped by a documented rule (blank, banner, config dump, ...)
         "rows_out": I64,  # rows emitted into warehouse tables
         "rows_superseded": I64,  # step metrics also carried by a better source of the run, stored once from there
-        "status": S,  # ok | partial | error | unsupported
+        "status": S,  # ok | partial | error | unsupported | empty | skipped
         "error": S,
     },
     key=("run_id", "path"),
     docs={
         "lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error",
+        "status": "ok, partial (some lines rejected), error (the file could not be read; `error` says why), "
+        "unsupported (no reader recognizes it), empty, or skipped (not read: a symlink out of the run "
+        "directory, a directory symlink, a dangling link; `error` says which)",
         "rows_superseded": "a wandb run directory holds the binary history and the console's output.log; a "
         "step_metrics key (step, metric, is_validation) found in both is kept from the wandb file (then JSONL, "
         "then console text; between files of one kind the last in (path, line) order, as in steps), "

@@ -14,9 +14,9 @@ from typing import Any
 
 import polars as pl
 
-from analyses.metadata import dtype_name, partition_files
+from analyses.metadata import dtype_name
 from analyses.schema import TABLES, Table
-from analyses.warehouse import scan_table
+from analyses.warehouse import partition_files, scan_table
 
 CheckOutcome = tuple[bool, dict[str, Any]]
 
@@ -73,6 +73,30 @@ def check_schema_partition(root: Path, table: str, run_id: str) -> CheckOutcome:
     passed, meta = check_schema(schemas, table)
     meta["run_id"] = run_id
     return passed, meta
+
+
+def blocking_problems(files: Mapping[str, Path]) -> list[str]:
+    """What stops a staged run version from being published (empty: publish it).
+
+    ``files`` maps each table to its one staged file. Every view and fit reads columns by name
+    and type, so each file must match the contract; a duplicate or shuffled step double-counts
+    or misplaces every per-step aggregate. The same checks run as blocking Dagster asset checks.
+    """
+    problems = []
+    for name in TABLES:
+        path = files.get(name)
+        if path is None:
+            problems.append(f"{name}: no file staged")
+            continue
+        passed, meta = check_schema({path.name: pl.read_parquet_schema(path)}, name)
+        if not passed:
+            problems.extend(f"{name}: {p}" for p in meta.get("problems", []))
+    if "steps" in files:
+        passed, meta = check_steps_unique_ordered(pl.read_parquet(files["steps"], columns=["step"]))
+        if not passed:
+            problems.append(f"steps: {meta['null_steps']} null, {meta['duplicated_steps']} duplicated, "
+                            f"{meta['out_of_order_rows']} out-of-order step(s)")
+    return problems
 
 
 # --- steps -------------------------------------------------------------------------------------

@@ -1,18 +1,37 @@
-"""Warehouse I/O: hive-partitioned Parquet per run, staged then swapped into place.
+"""Warehouse I/O: hive-partitioned Parquet per run, published atomically through run manifests.
 
-Layout: ``<root>/parquet/<table>/run_id=<id>/part-*.parquet``. A run's ingest writes every
-table's part files into a private staging directory, then swaps each table's partition in
-with two renames. Different runs never touch the same directory, so parallel ingests of
-different runs need no lock; the DuckDB catalog (see :mod:`analyses.catalog`) only holds views.
+Layout under the warehouse root::
+
+    parquet/<table>/run_id=<id>/<version>.parquet   one file per table and run version
+    manifests/<run_id>.json                          the published version of a run: written last
+    .staging/<version>--<run_id>/                    an ingest's private work area
+    .locks/<run_id>.lock                             one writer per run id at a time
+    rejected/<run_id>/<version>/                     a version its blocking checks refused
+
+A run becomes visible all at once or not at all: every reader (the DuckDB catalog, ``scan_table``,
+the fits) reads the files a manifest names, and a manifest is replaced by one atomic rename after
+all of its files are in place. Whatever kills a commit, readers see the previous version or the
+new one, never a mix. Two writers of one run id are serialized by the run lock. Files of a
+version that lost (a killed commit, the version a new one replaced) are removed by the next
+commit of that run, and stale staging directories by the next ingest (:func:`clean_stale`).
+Plain hive readers (Spark, Trino, ``pyarrow.dataset``) see exactly the published files between
+commits; during a commit, or after a crash until the next ingest, they may see extra files.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
+import signal
+import socket
+import time
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -20,6 +39,14 @@ import polars as pl
 from analyses.schema import TABLES, Table, conform
 
 ENV_WAREHOUSE = "POLYTRACE_WAREHOUSE"
+ENV_KILL_AT = "POLYTRACE_TEST_KILL_AT"  # test hook: SIGKILL this process at the named commit step
+MANIFEST_FORMAT = "polytrace-run/1"
+MANIFESTS = "manifests"
+STAGING = ".staging"
+LOCKS = ".locks"
+REJECTED = "rejected"
+OWNER = "owner.json"
+DEFAULT_LOCK_WAIT_S = 900.0
 
 
 def default_root() -> Path:
@@ -34,29 +61,252 @@ def partition_dir(root: Path, table: str, run_id: str) -> Path:
     return parquet_root(root) / table / f"run_id={run_id}"
 
 
-def table_files(root: Path, table: str) -> list[str]:
-    """Every Parquet file of ``table`` (absolute paths, sorted)."""
-    return sorted(str(p) for p in (parquet_root(root.resolve()) / table).glob("run_id=*/*.parquet"))
+def kill_point(step: str) -> None:
+    """Die here, as a crash would, when ``$POLYTRACE_TEST_KILL_AT`` names this step (tests only)."""
+    if os.environ.get(ENV_KILL_AT) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def new_version() -> str:
+    """A run version id: UTC time then random, so versions sort by creation and never collide."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
+
+
+# ---------------------------------------------------------------- manifests
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """One table's file of a run version; ``path`` is relative to the warehouse root."""
+
+    path: str
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """What ``manifests/<run_id>.json`` says: the run's current version and its files."""
+
+    run_id: str
+    version: str
+    created_at: str
+    tables: dict[str, TableFile]
+    info: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        doc = {
+            "format": MANIFEST_FORMAT,
+            "run_id": self.run_id,
+            "version": self.version,
+            "created_at": self.created_at,
+            "tables": {k: {"path": f.path, "rows": f.rows, "bytes": f.bytes} for k, f in self.tables.items()},
+            "info": self.info,
+        }
+        return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> PublishedRun:
+        doc = json.loads(text)
+        if doc.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"not a {MANIFEST_FORMAT} manifest: format={doc.get('format')!r}")
+        tables = {k: TableFile(v["path"], int(v["rows"]), int(v["bytes"])) for k, v in doc["tables"].items()}
+        return cls(doc["run_id"], doc["version"], doc["created_at"], tables, doc.get("info") or {})
+
+
+def manifest_path(root: Path, run_id: str) -> Path:
+    return root / MANIFESTS / f"{run_id}.json"
+
+
+def read_published(root: Path, run_id: str) -> PublishedRun | None:
+    """The run's published version, or None when the run is not in the warehouse."""
+    try:
+        return PublishedRun.from_json(manifest_path(root, run_id).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def published_runs(root: Path) -> dict[str, PublishedRun]:
+    """Every published run by id (a manifest that cannot be read is left out)."""
+    d = root / MANIFESTS
+    if not d.is_dir():
+        return {}
+    out = {}
+    for p in sorted(d.glob("*.json")):
+        try:
+            m = PublishedRun.from_json(p.read_text())
+        except (OSError, ValueError, KeyError):
+            continue
+        out[m.run_id] = m
+    return out
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run_ids(root: Path) -> list[str]:
+    """Runs present in the warehouse (those with a published manifest)."""
+    return sorted(published_runs(root))
+
+
+def partition_files(root: Path, table: str, run_id: str) -> list[Path]:
+    """The published file of one run's ``table`` (a list: empty when the run is not published)."""
+    m = read_published(root, run_id)
+    if m is None or table not in m.tables:
+        return []
+    return [root / m.tables[table].path]
+
+
+def table_files(root: Path, table: str, runs: Iterable[str] | None = None) -> list[str]:
+    """The published files of ``table`` (absolute paths, by run id), for ``runs`` or every run."""
+    pub = published_runs(root)
+    wanted = sorted(pub) if runs is None else [r for r in runs if r in pub]
+    base = root.resolve()
+    return [str(base / pub[r].tables[table].path) for r in wanted if table in pub[r].tables]
+
+
+def scan_table(root: Path, table: str, runs: Iterable[str] | None = None) -> pl.LazyFrame:
+    """A lazy scan of a warehouse table with ``run_id`` from the hive path, in contract order."""
+    t = TABLES[table]
+    files = table_files(root, table, runs)
+    if not files:
+        return pl.LazyFrame(schema=t.columns)
+    lf = pl.scan_parquet(
+        files,
+        hive_partitioning=True,
+        hive_schema={"run_id": pl.String()},
+        missing_columns="insert",
+        extra_columns="ignore",
+        schema=t.stored_columns,
+    )
+    return lf.select(list(t.columns))
+
+
+# ---------------------------------------------------------------- locks
+
+
+class RunLocked(Exception):
+    """Another process holds the run's lock for longer than we were willing to wait."""
+
+
+def _lock_holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return "another process"
+    return f"pid {info.get('pid')} on {info.get('host')} since {info.get('since')}"
+
+
+@contextmanager
+def run_lock(
+    root: Path, run_id: str, wait_s: float = DEFAULT_LOCK_WAIT_S, on_wait: Callable[[str], None] | None = None
+) -> Iterator[None]:
+    """Hold the run's writer lock (an OS file lock, released when the process dies).
+
+    Waits up to ``wait_s`` for another writer of the same run id, telling ``on_wait`` who it is
+    once; then raises :class:`RunLocked`.
+    """
+    path = root / LOCKS / f"{run_id}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        deadline = time.monotonic() + wait_s
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = _lock_holder(path)
+                if time.monotonic() >= deadline:
+                    raise RunLocked(f"run {run_id} is being written by {holder}; try again later") from None
+                if on_wait is not None and not told:
+                    on_wait(f"waiting for the lock on run {run_id}, held by {holder}")
+                    told = True
+                time.sleep(0.1)
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": datetime.now(UTC).isoformat(timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding an exclusive lock on ``path``, or None when someone else holds it."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        os.close(fd)
+        return None
+
+
+# ---------------------------------------------------------------- staging and commit
+
+
+class CommitRefused(Exception):
+    """The staged version failed a blocking check; it was kept aside and nothing was published."""
+
+    def __init__(self, run_id: str, problems: list[str], kept: Path) -> None:
+        super().__init__(f"run {run_id}: not published, blocking check failed: {'; '.join(problems[:3])} "
+                         f"(kept aside in {kept}; the previous version stays)")
+        self.run_id, self.problems, self.kept = run_id, problems, kept
 
 
 def write_part(df: pl.DataFrame, table: Table, path: Path) -> int:
-    """Write ``df`` (already conformed, run_id included or not) as one Parquet file."""
+    """Write ``df`` (already conformed) as one Parquet file of ``table``'s stored columns."""
     path.parent.mkdir(parents=True, exist_ok=True)
     out = df.select([c for c in table.stored_columns if c in df.columns])
     out.write_parquet(path, compression="zstd", statistics=True)
     return out.height
 
 
-@dataclass
+Check = Callable[[dict[str, Path]], list[str]]  # table -> staged file; returns problems (empty = pass)
+
+
 class RunStaging:
-    """A run's private staging area; :meth:`commit` swaps it into the warehouse."""
+    """A run version's private staging area; :meth:`commit` publishes it atomically.
 
-    root: Path
-    run_id: str
+    The staging directory holds ``owner.json`` under an OS lock for as long as this process
+    lives, so :func:`clean_stale` can tell an abandoned one from one still being written.
+    """
 
-    def __post_init__(self) -> None:
-        self.dir = parquet_root(self.root) / ".staging" / f"{self.run_id}-{uuid.uuid4().hex[:12]}"
+    def __init__(self, root: Path, run_id: str) -> None:
+        self.root = root
+        self.run_id = run_id
+        self.version = new_version()
+        self.dir = root / STAGING / f"{self.version}--{run_id}"
         self.dir.mkdir(parents=True, exist_ok=False)
+        owner = self.dir / OWNER
+        owner.write_text(json.dumps({"run_id": run_id, "version": self.version, "pid": os.getpid(),
+                                     "host": socket.gethostname()}))
+        self._owner_fd = os.open(owner, os.O_RDWR)
+        fcntl.flock(self._owner_fd, fcntl.LOCK_EX)
         self._counters: dict[str, int] = {}
 
     def table_dir(self, table: str) -> Path:
@@ -85,64 +335,149 @@ class RunStaging:
         self._counters.pop(table, None)
         return self.add(table, df)
 
-    def commit(self) -> None:
-        """Swap every table's partition for this run into place.
+    def _compact(self, name: str, t: Table) -> Path:
+        """The table's parts as one file (typed and empty when nothing was staged)."""
+        out = self.dir / "_final" / f"{name}.parquet"
+        out.parent.mkdir(exist_ok=True)
+        parts = sorted(self.table_dir(name).glob("*.parquet"))
+        if not parts:
+            write_part(t.empty(), t, out)
+        elif len(parts) == 1:
+            os.replace(parts[0], out)
+        else:
+            pl.scan_parquet(parts).sink_parquet(out, compression="zstd", statistics=True)
+        return out
 
-        Tables with nothing staged get an empty, typed part file, so a run's partition is
-        replaced whole even when a re-ingest produces fewer tables than before.
+    def commit(
+        self,
+        check: Check | None = None,
+        info: dict | None = None,
+        after_publish: Callable[[], None] | None = None,
+        lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+        holding_lock: bool = False,
+    ) -> PublishedRun:
+        """Publish the staged tables as the run's new version, all at once.
+
+        1. each table's parts become one file (empty and typed when nothing was staged);
+        2. ``check`` runs on those files: problems keep the version aside under ``rejected/``
+           and raise :class:`CommitRefused` (the previous version stays published);
+        3. the files move into their hive partitions under names no reader follows yet;
+        4. the manifest is replaced in one atomic rename: the version is now visible;
+        5. ``after_publish`` runs (the catalog refresh), then the run's files that the new
+           manifest does not name are removed.
+
+        The run lock is held from step 3 on (or by the caller, ``holding_lock``).
         """
-        for name, t in TABLES.items():
-            d = self.table_dir(name)
-            if not any(d.glob("*.parquet")):
-                write_part(t.empty(), t, d / "part-empty.parquet")
-        for name in TABLES:
-            _swap_dir(self.table_dir(name), partition_dir(self.root, name, self.run_id))
+        kill_point("staged")
+        final = {name: self._compact(name, t) for name, t in TABLES.items()}
+        kill_point("compacted")
+        problems = check(final) if check is not None else []
+        if problems:
+            raise self._reject(final, problems)
+        kill_point("checked")
+        if holding_lock:
+            pub = self._publish(final, info or {}, after_publish)
+        else:
+            with run_lock(self.root, self.run_id, lock_wait_s):
+                pub = self._publish(final, info or {}, after_publish)
+        self._close()
         shutil.rmtree(self.dir, ignore_errors=True)
+        kill_point("done")
+        return pub
+
+    def _publish(self, final: dict[str, Path], info: dict, after_publish: Callable[[], None] | None) -> PublishedRun:
+        tables: dict[str, TableFile] = {}
+        for name, src in final.items():
+            rel = f"parquet/{name}/run_id={self.run_id}/{self.version}.parquet"
+            dst = self.root / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            rows = pl.scan_parquet(src).select(pl.len()).collect().item()
+            os.replace(src, dst)
+            tables[name] = TableFile(rel, int(rows), dst.stat().st_size)
+            kill_point(f"moved:{name}")
+        pub = PublishedRun(self.run_id, self.version, datetime.now(UTC).isoformat(timespec="seconds"), tables, info)
+        _write_atomic(manifest_path(self.root, self.run_id), pub.to_json())
+        kill_point("published")
+        if after_publish is not None:
+            after_publish()
+        kill_point("catalog")
+        remove_unpublished(self.root, self.run_id)
+        kill_point("cleaned")
+        return pub
+
+    def _reject(self, final: dict[str, Path], problems: list[str]) -> CommitRefused:
+        kept = self.root / REJECTED / self.run_id / self.version
+        kept.mkdir(parents=True, exist_ok=True)
+        for name, src in final.items():
+            os.replace(src, kept / f"{name}.parquet")
+        (kept / "problems.json").write_text(json.dumps({"run_id": self.run_id, "problems": problems}, indent=1) + "\n")
+        self.abort()
+        return CommitRefused(self.run_id, problems, kept)
+
+    def _close(self) -> None:
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)
+            self._owner_fd = None
 
     def abort(self) -> None:
+        self._close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _swap_dir(new: Path, final: Path) -> None:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    trash = final.parent / f".trash-{final.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        os.rename(final, trash)
-    except FileNotFoundError:
-        trash = None  # type: ignore[assignment]
-    os.rename(new, final)
-    if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
+def remove_unpublished(root: Path, run_id: str) -> list[Path]:
+    """Remove the run's partition files its manifest does not name (older versions, leftovers of
+    killed commits); the caller holds the run lock. Returns what was removed."""
+    m = read_published(root, run_id)
+    keep = {root / f.path for f in m.tables.values()} if m else set()
+    removed = []
+    base = parquet_root(root)
+    if not base.is_dir():
+        return removed
+    for table_dir in base.iterdir():
+        d = table_dir / f"run_id={run_id}"
+        if not d.is_dir():
+            continue
+        for p in d.iterdir():
+            if p not in keep:
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+                removed.append(p)
+        if not any(d.iterdir()):
+            d.rmdir()
+    return removed
 
 
-def run_ids(root: Path) -> list[str]:
-    """Runs present in the warehouse (those with a `runs` partition)."""
-    base = parquet_root(root) / "runs"
-    if not base.exists():
+def clean_stale(root: Path) -> list[str]:
+    """Remove staging directories whose ingest died (their owner lock is free), and the files
+    their run's interrupted commit left in the partitions. Returns the run ids cleaned."""
+    base = root / STAGING
+    if not base.is_dir():
         return []
-    return sorted(p.name.split("=", 1)[1] for p in base.iterdir() if p.is_dir() and p.name.startswith("run_id="))
+    cleaned = []
+    for d in sorted(base.iterdir()):
+        owner = d / OWNER
+        fd = _try_lock(owner)
+        if fd is None and owner.exists():
+            continue  # its ingest is alive
+        try:
+            info = json.loads(owner.read_text()) if owner.exists() else {}
+        except (OSError, ValueError):
+            info = {}
+        rid = info.get("run_id") or d.name.split("--", 1)[-1]
+        try:
+            with run_lock(root, rid, wait_s=0):
+                remove_unpublished(root, rid)
+                shutil.rmtree(d, ignore_errors=True)
+                cleaned.append(rid)
+        except RunLocked:
+            pass  # a live writer of that run will clean its own partitions at commit
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return cleaned
 
 
 def delete_run(root: Path, run_id: str) -> None:
-    for name in TABLES:
-        shutil.rmtree(partition_dir(root, name, run_id), ignore_errors=True)
-
-
-def scan_table(root: Path, table: str, runs: Iterable[str] | None = None) -> pl.LazyFrame:
-    """A lazy scan of a warehouse table with ``run_id`` from the hive path, in contract order."""
-    t = TABLES[table]
-    wanted = list(runs) if runs is not None else run_ids(root)
-    files: list[str] = []
-    for r in wanted:
-        files.extend(str(p) for p in sorted(partition_dir(root, table, r).glob("*.parquet")))
-    if not files:
-        return pl.LazyFrame(schema=t.columns)
-    lf = pl.scan_parquet(
-        files,
-        hive_partitioning=True,
-        hive_schema={"run_id": pl.String()},
-        missing_columns="insert",
-        extra_columns="ignore",
-        schema=t.stored_columns,
-    )
-    return lf.select(list(t.columns))
+    """Unpublish the run (its manifest goes first), then remove its files."""
+    with run_lock(root, run_id):
+        manifest_path(root, run_id).unlink(missing_ok=True)
+        remove_unpublished(root, run_id)

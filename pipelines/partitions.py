@@ -1,7 +1,8 @@
 """One dynamic partition per run: the partition key IS the warehouse ``run_id``.
 
 Keys are added by the logs-root sensor (or the demo) as run directories appear. Because the
-key equals the run id (directory name, or ``run_id`` from its run.toml, sanitized), a partition
+key equals the run id (``run_id`` from its run.toml, or the directory name made to follow the
+run-id rule of :mod:`analyses.manifest`), a partition
 in the UI is the same string users write in SQL (``WHERE run_id = '...'``).
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from dagster import DynamicPartitionsDefinition, PreviewWarning
 
 from analyses.ingest import iter_run_dirs, resolve_run_id
-from analyses.manifest import ManifestError, load_manifest, sanitize_run_id
+from analyses.manifest import ManifestError, RunIdError, load_manifest, validate_run_id
 
 # Checks are partitioned like their assets so that each run keeps its own check status (an
 # unpartitioned check on a partitioned asset shows only the latest run's result). Dagster 1.13
@@ -29,41 +30,55 @@ runs_partitions = DynamicPartitionsDefinition(name=RUNS_PARTITIONS_NAME)
 
 FINGERPRINT_META = "source_fingerprint"  # on the `runs` materialization: the directory as ingested
 
-# Dagster refuses partition keys containing these; sanitized run ids can still hold "..."
-_BAD_KEY_PARTS = ("...",)
-
-
 def run_id_for_dir(run_dir: Path) -> str:
-    """The run id (= partition key) the ingest will give ``run_dir``.
-
-    A broken run.toml falls back to the directory name, so the partition still appears and
-    its run fails with the manifest error rather than the directory vanishing silently.
-    """
-    try:
-        return resolve_run_id(run_dir, load_manifest(run_dir), None)
-    except ManifestError:
-        return sanitize_run_id(run_dir.name)
+    """The run id (= partition key) the ingest will give ``run_dir``: run.toml's ``run_id``, else
+    the directory name made to follow the rule. Raises ManifestError / RunIdError when it has none."""
+    return resolve_run_id(run_dir, load_manifest(run_dir), None)
 
 
 def is_valid_key(key: str) -> bool:
-    return bool(key) and not any(part in key for part in _BAD_KEY_PARTS)
+    """Whether ``key`` follows the run-id rule (so it is also a valid Dagster partition key)."""
+    try:
+        validate_run_id(key)
+    except RunIdError:
+        return False
+    return True
+
+
+def scan_run_dirs(logs_root: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """Every usable run directory under ``logs_root`` by its run id, and each unusable one (by
+    directory name) with why: a broken run.toml, a name with no usable run id, or an id another
+    directory already has (the first in name order keeps it). One bad directory costs only itself."""
+    out: dict[str, Path] = {}
+    problems: dict[str, str] = {}
+    if not logs_root.is_dir():
+        return out, problems
+    for d in iter_run_dirs(logs_root):
+        try:
+            rid = run_id_for_dir(d)
+        except (ManifestError, RunIdError, OSError) as exc:
+            problems[d.name] = str(exc)
+            continue
+        if rid in out:
+            problems[d.name] = f"run id {rid!r} is already {out[rid].name!r}'s; give this one another run_id in run.toml"
+            continue
+        out[rid] = d
+    return out, problems
 
 
 def run_dirs_by_id(logs_root: Path) -> dict[str, Path]:
-    """Every run directory under ``logs_root`` by its run id; the first (sorted) wins a clash."""
-    out: dict[str, Path] = {}
-    if not logs_root.is_dir():
-        return out
-    for d in iter_run_dirs(logs_root):
-        out.setdefault(run_id_for_dir(d), d)
-    return out
+    """Every usable run directory under ``logs_root`` by its run id (see :func:`scan_run_dirs`)."""
+    return scan_run_dirs(logs_root)[0]
 
 
 def find_run_dir(logs_root: Path, run_id: str) -> Path | None:
     """The directory under ``logs_root`` whose run id is ``run_id`` (cheap when it is the name)."""
     direct = logs_root / run_id
-    if direct.is_dir() and run_id_for_dir(direct) == run_id:
-        return direct
+    try:
+        if direct.is_dir() and run_id_for_dir(direct) == run_id:
+            return direct
+    except (ManifestError, RunIdError, OSError):
+        pass
     return run_dirs_by_id(logs_root).get(run_id)
 
 

@@ -34,8 +34,8 @@ from pipelines.partitions import (
     RUNS_PARTITIONS_NAME,
     dir_fingerprint,
     is_valid_key,
-    run_dirs_by_id,
     runs_partitions,
+    scan_run_dirs,
 )
 from pipelines.resources import WarehouseResource
 
@@ -55,13 +55,19 @@ class RunDirState:
     newest_mtime_s: float
 
 
-def scan_logs_root(logs_root_path: str) -> dict[str, RunDirState]:
-    """Every run directory under the logs root, by run id, with its fingerprint."""
+def scan_logs_root(logs_root_path: str) -> tuple[dict[str, RunDirState], dict[str, str]]:
+    """Every usable run directory under the logs root, by run id, with its fingerprint; and the
+    unusable ones (by directory name) with why."""
+    dirs, problems = scan_run_dirs(Path(logs_root_path))
     out = {}
-    for rid, d in run_dirs_by_id(Path(logs_root_path)).items():
-        fp = dir_fingerprint(d)
+    for rid, d in dirs.items():
+        try:
+            fp = dir_fingerprint(d)
+        except OSError as exc:  # vanished or unreadable mid-scan
+            problems[d.name] = f"cannot stat: {exc}"
+            continue
         out[rid] = RunDirState(rid, str(d), fp.key, fp.newest_mtime_ns / 1e9)
-    return out
+    return out, problems
 
 
 @dataclass
@@ -140,7 +146,9 @@ def run_dirs_sensor(context: SensorEvaluationContext, warehouse: WarehouseResour
         val = mat.metadata.get(FINGERPRINT_META) if mat is not None else None
         return str(val.value) if val is not None else None
 
-    states = scan_logs_root(warehouse.logs_root)
+    states, problems = scan_logs_root(warehouse.logs_root)
+    for name, why in sorted(problems.items()):
+        context.log.warning(f"run directory {name!r} skipped: {why}")
     existing = set(instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME))
     plan = plan_tick(
         states, _load_cursor(context.cursor), existing, time.time(), SETTLE_SECONDS, last_ingested

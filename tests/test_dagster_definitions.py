@@ -20,8 +20,15 @@ from dagster import (
     instance_for_test,
 )
 
+from analyses.manifest import ManifestError
 from pipelines.definitions import CROSS_RUN_JOB_NAME, build_defs, defs
-from pipelines.partitions import FINGERPRINT_META, RUNS_PARTITIONS_NAME, dir_fingerprint, run_id_for_dir
+from pipelines.partitions import (
+    FINGERPRINT_META,
+    RUNS_PARTITIONS_NAME,
+    dir_fingerprint,
+    run_id_for_dir,
+    scan_run_dirs,
+)
 from pipelines.resources import WarehouseResource
 from pipelines.sensors import INGEST_JOB_NAME, RunDirState, plan_tick, run_dirs_sensor
 
@@ -263,8 +270,46 @@ def test_plan_tick_drops_vanished_and_invalid_keys() -> None:
 
 def test_run_id_for_dir(tmp_path: Path) -> None:
     assert run_id_for_dir(_run_dir(tmp_path, "my run (v2)")) == "my_run_v2"
-    # a broken manifest falls back to the directory name (the run itself will fail loudly)
-    assert run_id_for_dir(_run_dir(tmp_path, "broken", manifest="task = \n")) == "broken"
+    with pytest.raises(ManifestError):  # a broken manifest is the directory's problem, said once
+        run_id_for_dir(_run_dir(tmp_path, "broken", manifest="task = \n"))
+
+
+# Each of these directories is unusable in its own way; none may cost the others their tick.
+MALFORMED = {
+    "___": None,  # no character usable as a run id
+    "x!": None,  # becomes 'x', which a good run below already is
+    "bad-id": 'run_id = "///"\n',
+    "int-id": "run_id = 5\n",
+    "dots-id": 'run_id = "a..b"\n',
+    "long-id": f'run_id = "{"x" * 300}"\n',
+    "huge-time": "started_at = 1e300\n",
+    "word-time": 'started_at = "yesterday"\n',
+    "tags-str": 'tags = "x"\n',
+    "gpus-str": 'n_gpus = "eight"\n',
+    "bad-toml": "task = \n",
+    "utf16-toml": None,
+    "toml-dir": None,
+    "tok-out": 'tokenizer = "../../etc/passwd"\n',
+    "dup-a": 'run_id = "dup"\n',
+    "dup-b": 'run_id = "dup"\n',
+}
+
+
+def test_malformed_run_dirs_are_warnings_and_the_good_runs_still_run(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    for good in ("x", "good-run"):
+        _run_dir(logs, good)
+    for name, manifest in MALFORMED.items():
+        _run_dir(logs, name, manifest=manifest)
+    (logs / "utf16-toml" / "run.toml").write_bytes("task = 'x'\n".encode("utf-16"))
+    (logs / "toml-dir" / "run.toml").mkdir()
+    dirs, problems = scan_run_dirs(logs)
+    assert sorted(dirs) == ["dup", "good-run", "x"]  # the first of two directories claiming 'dup' keeps it
+    assert set(problems) == set(MALFORMED) - {"dup-a"}
+    assert "already 'dup-a'" in problems["dup-b"] and "started_at" in problems["huge-time"]
+    with DagsterInstance.ephemeral() as instance:
+        res = _tick(instance, logs)
+    assert sorted(r.partition_key for r in res.run_requests) == ["dup", "good-run", "x"]
 
 
 def test_build_defs_binds_the_given_warehouse(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from analyses.api import PolyTrace
 from analyses.catalog import catalog_path
 from analyses.ingest import ingest_run
 from analyses.schema import TABLES
-from analyses.warehouse import parquet_root, scan_table
+from analyses.warehouse import parquet_root, read_published, scan_table
 
 STEP_LINE = "step:{s} - timing_s/gen:{g} - timing_s/step:{t} - response_length/mean:{r}\n"
 
@@ -68,10 +69,10 @@ def test_reingest_is_idempotent_and_replaces_whole_partition(tmp_path: Path, war
     steps = scan_table(warehouse, "steps").collect()
     assert steps["step"].to_list() == [1, 2, 3, 4]
     assert scan_table(warehouse, "source_files").collect()["path"].to_list() == ["a.log"]
-    # no staging or trash directories are left behind
-    leftovers = [p for p in parquet_root(warehouse).rglob("*") if ".trash" in p.name]
-    assert leftovers == []
-    assert not any((parquet_root(warehouse) / ".staging").iterdir())
+    # no staging directory and no file of an older version is left behind
+    assert not any((warehouse / ".staging").iterdir())
+    published = {warehouse / f.path for f in read_published(warehouse, "r").tables.values()}
+    assert set(parquet_root(warehouse).rglob("*.parquet")) == published
 
 
 def test_bad_files_are_recorded_and_the_rest_lands(tmp_path: Path, warehouse: Path) -> None:
@@ -106,6 +107,7 @@ def test_bad_files_are_recorded_and_the_rest_lands(tmp_path: Path, warehouse: Pa
 def test_catalog_file_has_every_table_by_name(tmp_path: Path, warehouse: Path) -> None:
     ingest_run(_run(tmp_path, "r", {"a.log": _verl_log(2)}), warehouse)
     con = duckdb.connect(str(catalog_path(warehouse)), read_only=True)
+    con.execute("SET file_search_path = $1", [str(warehouse)])  # paths in the catalog are relative to it
     try:
         for name in TABLES:
             con.execute(f'SELECT * FROM "{name}" LIMIT 1')
@@ -113,6 +115,19 @@ def test_catalog_file_has_every_table_by_name(tmp_path: Path, warehouse: Path) -
         assert con.execute("SELECT DISTINCT run_id FROM step_metrics").fetchall() == [("r",)]
     finally:
         con.close()
+
+
+def test_a_moved_warehouse_opens(tmp_path: Path, warehouse: Path) -> None:
+    PolyTrace(warehouse).ingest(_run(tmp_path, "r", {"a.log": _verl_log(3)}))
+    moved = tmp_path / "elsewhere" / "wh"
+    shutil.copytree(warehouse, moved)
+    shutil.rmtree(warehouse)
+    con = duckdb.connect(str(catalog_path(moved)), read_only=True)
+    con.execute("SET file_search_path = $1", [str(moved)])
+    assert con.execute("SELECT count(*) FROM steps").fetchone()[0] == 3
+    assert con.execute("SELECT count(*) FROM length_quantiles").fetchone()[0] == 0  # derived views are there too
+    con.close()
+    assert PolyTrace(moved).connect().execute("SELECT count(*) FROM steps").fetchone()[0] == 3
 
 
 def test_empty_warehouse_views_are_typed(warehouse: Path) -> None:
@@ -144,6 +159,7 @@ def test_two_runs_ingested_concurrently_both_land(tmp_path: Path, warehouse: Pat
     got = con.execute("SELECT run_id, count(*) FROM steps GROUP BY 1 ORDER BY 1").fetchall()
     assert got == [("run0", 200), ("run1", 201)]
     con2 = duckdb.connect(str(catalog_path(warehouse)), read_only=True)
+    con2.execute("SET file_search_path = $1", [str(warehouse)])
     assert con2.execute("SELECT count(DISTINCT run_id) FROM runs").fetchone()[0] == 2
     con2.close()
 

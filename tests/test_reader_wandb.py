@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -178,7 +179,7 @@ def test_real_run_counts(needs_wandb, real_file, tmp_path: Path) -> None:
     assert EMAIL.search(path.read_bytes())
     run = tmp_path / "run"
     run.mkdir()
-    (run / path.name).symlink_to(path)
+    shutil.copyfile(path, run / path.name)  # a symlink out of the run would not be read
     wh = tmp_path / "wh"
     ingest_run(run, wh)
     _assert_no_email(wh)
@@ -193,8 +194,8 @@ def test_real_run_directory_stores_each_step_metric_once(needs_wandb, real_file,
     wandb_file = real_file(REAL)
     run = tmp_path / "run"
     (run / "files").mkdir(parents=True)
-    (run / wandb_file.name).symlink_to(wandb_file)
-    (run / "files" / "output.log").symlink_to(wandb_file.parent / "files" / "output.log")
+    shutil.copyfile(wandb_file, run / wandb_file.name)  # symlinks out of the run would not be read
+    shutil.copyfile(wandb_file.parent / "files" / "output.log", run / "files" / "output.log")
     rep = ingest_run(run, tmp_path / "wh")
     by = {f.path: f for f in rep.files}
     console = by["files/output.log"]

@@ -14,7 +14,7 @@ from analyses.markdown import counts_markdown
 from analyses.markdown import markdown_table as markdown_preview
 from analyses.metadata import column_schema, dtype_name, partition_rows, run_row_counts
 from analyses.schema import STEPS, TABLES, conform
-from analyses.warehouse import RunStaging, partition_dir
+from analyses.warehouse import RunStaging, partition_files
 
 # --- schema ------------------------------------------------------------------------------------
 
@@ -62,11 +62,27 @@ def test_schema_partition_on_disk(tmp_path: Path) -> None:
     _commit_run(tmp_path, "r1", {"steps": pl.DataFrame({"step": [1, 2], "step_time_s": [1.0, 2.0]})})
     for name in TABLES:  # commit writes every table, empty ones typed
         assert tc.check_schema_partition(tmp_path, name, "r1")[0], name
-    # a part file written behind the contract's back (step as text) fails the check
-    pl.DataFrame({"step": ["3"]}).write_parquet(partition_dir(tmp_path, "steps", "r1") / "rogue.parquet")
+    # the published file rewritten behind the contract's back (step as text) fails the check
+    (published,) = partition_files(tmp_path, "steps", "r1")
+    pl.DataFrame({"step": ["3"]}).write_parquet(published)
     passed, meta = tc.check_schema_partition(tmp_path, "steps", "r1")
-    assert not passed and meta["files"] == 2 and meta["first_failing_file"] == "rogue.parquet"
+    assert not passed and meta["files"] == 1 and meta["first_failing_file"] == published.name
     assert meta["run_id"] == "r1"
+
+
+def test_blocking_problems_name_what_stops_a_publish(tmp_path: Path) -> None:
+    t = TABLES["steps"]
+    good = tmp_path / "good.parquet"
+    conform(pl.DataFrame({"step": [1, 2]}), t).select(list(t.stored_columns)).write_parquet(good)
+    files = {name: good for name in TABLES}
+    assert tc.blocking_problems({"steps": good}) != []  # the other tables are missing
+    dup = tmp_path / "dup.parquet"
+    conform(pl.DataFrame({"step": [1, 1]}), t).select(list(t.stored_columns)).write_parquet(dup)
+    wrong = tmp_path / "wrong.parquet"
+    pl.DataFrame({"step": ["3"]}).write_parquet(wrong)
+    probs = tc.blocking_problems({**files, "steps": dup, "runs": wrong})
+    assert any(p.startswith("runs: missing column") for p in probs)
+    assert "steps: 0 null, 1 duplicated, 1 out-of-order step(s)" in probs
 
 
 # --- steps -------------------------------------------------------------------------------------

@@ -7,9 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-from analyses.cli.common import EXIT_OK, Command, UsageError, add_warehouse, warehouse
-from analyses.ingest import iter_run_dirs
+from analyses.cli.common import EXIT_FAIL, EXIT_OK, Command, UsageError, add_warehouse, warehouse
+from analyses.ingest import iter_run_dirs, resolve_run_id
+from analyses.manifest import ManifestError, RunIdError, load_manifest
 from analyses.progress import IngestProgress
+from analyses.warehouse import DEFAULT_LOCK_WAIT_S, CommitRefused, RunLocked
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -17,6 +19,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=Path, help="ingest every immediate subdirectory of DIR as a run")
     p.add_argument("--run-id", help="run id (only with a single PATH; default: directory name or run.toml)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress and no per-file lines")
+    p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                   help=f"how long to wait for another ingest of the same run id (default {DEFAULT_LOCK_WAIT_S:.0f}; "
+                   "0: refuse at once)")
     add_warehouse(p)
 
 
@@ -33,14 +38,32 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(f"{r}: no such file or directory")
     if args.run_id and len(runs) != 1:
         raise UsageError("--run-id needs exactly one PATH")
+    if args.wait is not None and args.wait < 0:
+        raise UsageError("--wait must be >= 0 seconds")
+    ids = _run_ids(runs, args.run_id)  # every id checked before anything is written
     pt = warehouse(args, must_exist=False)
     show = not args.quiet
     progress = IngestProgress(enabled=show and sys.stderr.isatty())
     t0 = time.perf_counter()
     total_rejects = 0
+    refused: list[str] = []
+
+    def on_event(kind: str, data: dict) -> None:
+        if kind == "lock_wait" and show:
+            print(f"polytrace ingest: {data['message']}", file=sys.stderr)
+        progress.event(kind, data)
+
     with progress:
-        for r in runs:
-            rep = pt.ingest(r, run_id=args.run_id, progress=progress.event, refresh=False)
+        for r, rid in zip(runs, ids, strict=True):
+            try:
+                rep = pt.ingest(r, run_id=rid, progress=on_event, refresh=False,
+                                lock_wait_s=DEFAULT_LOCK_WAIT_S if args.wait is None else args.wait)
+            except RunLocked as exc:
+                raise UsageError(str(exc)) from exc
+            except CommitRefused as exc:
+                refused.append(str(exc))
+                print(f"polytrace ingest: {exc}", file=sys.stderr)
+                continue
             total_rejects += rep.rows_rejected
             if show:
                 print("\n".join(rep.summary_lines()))
@@ -48,7 +71,21 @@ def _run(args: argparse.Namespace) -> int:
     if show:
         print(f"warehouse: {pt.root.resolve()}  ({len(runs)} run(s), {total_rejects} rejected line(s), "
               f"{time.perf_counter() - t0:.1f}s)")
-    return EXIT_OK
+    return EXIT_FAIL if refused else EXIT_OK
+
+
+def _run_ids(runs: list[Path], forced: str | None) -> list[str]:
+    """The run id of each PATH; one usage error for a bad run.toml, a bad id or two PATHs with one id."""
+    ids: dict[str, Path] = {}
+    for r in runs:
+        try:
+            rid = resolve_run_id(r.resolve(), load_manifest(r.resolve()), forced)
+        except (ManifestError, RunIdError) as exc:
+            raise UsageError(f"{r}: {exc}") from exc
+        if rid in ids:
+            raise UsageError(f"{ids[rid]} and {r} are both run {rid!r}; give one of them another run_id in run.toml")
+        ids[rid] = r
+    return list(ids)
 
 
 COMMAND = Command(

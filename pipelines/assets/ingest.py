@@ -26,10 +26,10 @@ from dagster import (
 
 from analyses.ingest import RunReport
 from analyses.markdown import counts_markdown, markdown_table
-from analyses.metadata import partition_files, partition_rows
+from analyses.metadata import partition_rows
 from analyses.schema import TABLES, Table
 from analyses.views import all_views
-from analyses.warehouse import partition_dir, scan_table
+from analyses.warehouse import partition_dir, partition_files, scan_table
 from pipelines.assets import contract_table_schema, frame_metadata, frame_table_schema
 from pipelines.partitions import FINGERPRINT_META, dir_fingerprint, runs_partitions
 from pipelines.resources import WarehouseResource

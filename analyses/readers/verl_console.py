@@ -98,6 +98,7 @@ class VerlConsoleReader:
     """verl ``step:N - key:value`` console logs (any generation, plain or gzip)."""
 
     name = "verl_console"
+    late_sniff = True  # a wandb output.log can open with megabytes of prints before its first step line
 
     def __init__(
         self, batch_lines: int = BATCH_STEP_LINES, cut_chars: int = CONSOLE_CUT_CHARS, max_workers: int = 2

@@ -8,8 +8,9 @@ A console capture need not show its format in its head: a wandb ``output.log`` o
 can open with megabytes of reward-function debug prints before the first ``step:`` line. So
 when no reader accepts the head of a file that looks like text, a second look streams the file
 (at most :data:`analyses.readers.late_sniff.LATE_SNIFF_MAX_BYTES`) block by block and offers
-each block to the readers that declare ``late_sniff = True`` (the low-priority console
-formats), in the same order; see :mod:`analyses.readers.late_sniff`.
+the lines of each block that hold a reader's signature literals to the readers that declare
+them (``late_sniff``: the low-priority console formats), in the same order; see
+:mod:`analyses.readers.late_sniff`.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def detect(path: Path, head: str | None = None) -> Reader | None:
     for r in all_readers():
         if r.sniff(text, path):
             return r
-    return late_detect(path, text, [r for r in all_readers() if getattr(r, "late_sniff", False)])
+    return late_detect(path, text, [r for r in all_readers() if getattr(r, "late_sniff", ())])
 
 
 def reader_by_name(name: str) -> Reader:

@@ -122,7 +122,7 @@ class TrlConsoleReader:
     """transformers ``Trainer`` console captures (TRL ``GRPOTrainer``, Unsloth)."""
 
     name = "trl_console"
-    late_sniff = True  # its log dicts may first appear megabytes into a capture
+    late_sniff = (_EPOCH,)  # its log dicts may first appear megabytes into a capture
 
     def __init__(self, batch_lines: int = BATCH_LINES) -> None:
         self.batch_lines = batch_lines

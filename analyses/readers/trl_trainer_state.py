@@ -45,9 +45,9 @@ from analyses.steps import canonical_metric, is_validation_metric, resolve_alias
 
 ENTRIES_PER_CHUNK = 5_000
 
+_VALID_SQL = "SELECT json_valid(content) FROM read_text(?)"
 _DOC_SQL = """
-SELECT json_valid(content) AS ok,
-       json_type(content) AS type,
+SELECT json_type(content) AS type,
        try_cast(json_extract_string(content, '$.logging_steps') AS DOUBLE) AS logging_steps,
        try_cast(json_extract_string(content, '$.max_steps') AS DOUBLE) AS max_steps,
        try_cast(json_extract_string(content, '$.num_train_epochs') AS DOUBLE) AS num_train_epochs,
@@ -92,13 +92,13 @@ class TrainerStateReader:
 
 
 def _document(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, float | None]:
-    rows = con.execute(_DOC_SQL, [str(path)]).fetchall()
-    row = rows[0] if rows else None
-    if row is None or not row[0]:
+    valid = con.execute(_VALID_SQL, [str(path)]).fetchall()
+    if not valid or not valid[0][0]:
         raise UnreadableFile("trainer_state.json: not a valid JSON document (cut or corrupt?)")
-    if row[1] != "OBJECT" or row[5] != "ARRAY":
+    (kind, logging_steps, max_steps, epochs, history), = con.execute(_DOC_SQL, [str(path)]).fetchall()
+    if kind != "OBJECT" or history != "ARRAY":
         raise UnreadableFile("trainer_state.json: no log_history array at the top level")
-    return {"logging_steps": row[2], "max_steps": row[3], "num_train_epochs": row[4]}
+    return {"logging_steps": logging_steps, "max_steps": max_steps, "num_train_epochs": epochs}
 
 
 def _chunk(

@@ -10,7 +10,7 @@ declared once, in :data:`CANONICAL_METRICS`:
 * verl wrote stage timings as ``timing/<stage>`` until early 2025 and as ``timing_s/<stage>``
   since: :func:`canonical_metric` maps every ``timing/x`` that is not an alias to ``timing_s/x``;
   ``actor/entropy_loss`` (verl < 0.4, the mean token entropy despite its name) is
-  ``actor/entropy``;
+  ``actor/entropy``; ``actor/reward_kl_penalty`` (verl >= 0.4) is the older ``critic/kl``;
 * TRL / Unsloth (transformers' ``Trainer``): ``completions/mean_length`` ->
   ``response_length/mean``, ``completions/clipped_ratio`` -> ``response_length/clip_ratio``,
   ``reward`` -> ``critic/score/mean``, ``kl`` -> ``actor/kl_loss``, ``entropy`` ->
@@ -128,7 +128,14 @@ CANONICAL_METRICS: tuple[CanonicalMetric, ...] = (
         "actor/kl_loss", "kl", "KL(policy || reference) estimate (TRL, OpenRLHF, NeMo-RL, verl with use_kl_loss)",
         hf_names=("kl",), aliases=("train/kl_penalty",),
     ),
-    _CM("critic/kl", "kl", "KL(policy || reference), as applied in the reward (verl, use_kl_in_reward)"),
+    _CM(
+        "critic/kl", "kl", "KL(policy || reference), as applied in the reward (verl, use_kl_in_reward)",
+        aliases=("actor/reward_kl_penalty",),  # verl >= 0.4 spelling
+    ),
+    _CM(
+        "critic/kl_coeff", "kl_coef", "coefficient of the KL penalty in the reward (verl)",
+        aliases=("actor/reward_kl_penalty_coeff",),
+    ),
     _CM("actor/ppo_kl", "policy_shift", "approximate KL between the old and the updated policy"),
     _CM(
         "actor/pg_clipfrac", "policy_shift", "share of tokens whose importance ratio was clipped",

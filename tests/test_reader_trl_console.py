@@ -161,6 +161,18 @@ def test_header_twice_eval_bar_and_cut_dict() -> None:
     assert steps.filter(pl.col("step") == 1)["ts"].item() == datetime(2025, 10, 22, 12, 6, 1, tzinfo=UTC)
 
 
+def test_bars_without_cr_fast_steps() -> None:
+    """A capture without carriage returns (bar states run together), ~3 s steps, 100+ hour ETAs."""
+    chunks = _read(TDIR / "bars_without_cr_fast_steps.md")
+    assert _acc(chunks) == {"lines": 29, "ok": 6, "rejected": 0, "skipped": 23}
+    sm = _sm(chunks)
+    assert sm.filter(pl.col("metric") == "response_length/mean").select("step", "value").rows() == [(2, 53.35), (4, 2.6)]
+    # elapsed differences of 3-19 s are too coarse at one-second resolution: the rate stands in
+    assert sm.filter(pl.col("metric") == "progress/step_time_s/tqdm_elapsed").height == 0
+    rate = sm.filter(pl.col("metric") == "progress/step_time_s/tqdm_rate").sort("step")
+    assert rate.select("step", "value").rows() == [(1, 19.23), (2, 12.07), (3, 6.88), (4, 5.84)]
+
+
 def test_resumed_second_session() -> None:
     chunks = _read(TDIR / "resumed_second_session.log")
     assert _acc(chunks) == {"lines": 9, "ok": 7, "rejected": 0, "skipped": 2}  # the traceback
@@ -245,6 +257,8 @@ def test_unsloth_run_directory_lines_up_gpu_samples(real_file, tmp_path: Path) -
     assert scan_table(wh, "gpu_samples").filter(pl.col("metric").str.contains("temp")).collect().height == 0
 
 
-@pytest.mark.parametrize("name", ["header_twice_eval_bar_and_cut_dict.md", "resumed_second_session.log"])
+@pytest.mark.parametrize(
+    "name", ["header_twice_eval_bar_and_cut_dict.md", "resumed_second_session.log", "bars_without_cr_fast_steps.md"]
+)
 def test_fixtures_detected(name: str) -> None:
     assert detect(TDIR / name).name == "trl_console"

@@ -149,6 +149,7 @@ CANONICAL_METRICS: tuple[CanonicalMetric, ...] = (
     _CM("perf/mfu/actor", "mfu", "model FLOPs utilization of the actor update"),
     _CM("perf/max_memory_allocated_gb", "memory", "peak GPU memory allocated (GB)"),
     _CM("perf/max_memory_reserved_gb", "memory", "peak GPU memory reserved (GB)"),
+    _CM("perf/cpu_memory_used_gb", "memory", "host memory used (GB)"),
     _CM("perf/throughput", "throughput", "tokens per second per GPU (verl)"),
     _CM(
         "perf/total_num_tokens", "tokens", "tokens (prompt + response) processed in the step",
@@ -194,6 +195,10 @@ _TABLES = {hf: _alias_table(hf) for hf in (False, True)}
 ALIASES: dict[str, str] = {raw: c for raw, (c, p) in _TABLES[False].items() if p > 0}
 HF_ALIASES: dict[str, str] = {raw: c for raw, (c, p) in _TABLES[True].items() if p > 0}
 _PRIORITY: dict[str, int] = {raw: p for raw, (_c, p) in _TABLES[True].items()}
+
+
+# what a training-health view reads (issue 13): per step, whichever of these a run logged
+HEALTH_KINDS = ("response_length", "clip_ratio", "aborted_ratio", "turns", "reward", "entropy", "kl", "mfu", "memory")
 
 
 def metrics_of_kind(*kinds: str) -> tuple[str, ...]:

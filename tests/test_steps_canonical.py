@@ -11,6 +11,7 @@ import pytest
 from analyses.steps import (
     ALIASES,
     CANONICAL_METRICS,
+    HEALTH_KINDS,
     HF_ALIASES,
     STEP_COLUMNS,
     canonical_metric,
@@ -63,6 +64,15 @@ def test_prefixed_names_of_tensorboard_and_wandb_callbacks() -> None:
         "response_length/mean", "response_length/clip_ratio", "timing_s/step",
         "timing_s/gen", "timing_s/train/unknown_stage",  # undeclared timing/: the verl rename applies
     ]
+
+
+def test_health_kinds_are_declared() -> None:
+    kinds = {m.kind for m in CANONICAL_METRICS}
+    assert set(HEALTH_KINDS) <= kinds
+    health = metrics_of_kind(*HEALTH_KINDS)
+    for name in ("response_length/mean", "response_length/clip_ratio", "response/aborted_ratio", "num_turns/mean",
+                 "critic/score/mean", "actor/entropy", "actor/kl_loss", "perf/mfu/actor", "perf/max_memory_allocated_gb"):
+        assert name in health
 
 
 def test_metrics_of_kind() -> None:

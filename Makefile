@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"Python 3.11 needed, found {sys.version}"'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,wandb]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,wandb,tensorboard]'
 	touch $(STAMP)
 
 install: $(STAMP)

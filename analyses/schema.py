@@ -110,7 +110,7 @@ STEPS = Table(
         "run_id": S,
         "step": I64,
         "step_time_s": F64,
-        "step_time_source": S,  # 'logged' (timing_s/step) or 'sum_of_stages'
+        "step_time_source": S,  # logged, tqdm_elapsed, tqdm_rate, sum_of_stages, log_ts_diff (analyses.steps.STEP_TIME_SOURCES)
         "gen_time_s": F64,
         "reward_time_s": F64,
         "old_log_prob_time_s": F64,

@@ -1,17 +1,241 @@
-"""From long ``step_metrics`` to one ``steps`` row per training step.
+"""Canonical step-metric names, and from long ``step_metrics`` to one ``steps`` row per step.
 
-Canonical names: verl wrote stage timings as ``timing/<stage>`` until early 2025 and as
-``timing_s/<stage>`` since; :func:`canonical_metric` maps both to ``timing_s/<stage>`` so the
-same column is filled whatever generation wrote the log. A stage may be logged under more than
-one name across generations (``gen`` vs ``generate_sequences``); :data:`STEP_COLUMNS` lists the
-candidates per column, first present wins.
+Canonical names
+---------------
+``step_metrics.metric`` holds a *canonical* name, ``raw_metric`` the name as written. The
+canonical names are verl's current spellings (verl is the framework most logs come from); every
+other spelling of the same quantity, whichever framework or generation wrote it, is an *alias*
+declared once, in :data:`CANONICAL_METRICS`:
+
+* verl wrote stage timings as ``timing/<stage>`` until early 2025 and as ``timing_s/<stage>``
+  since: :func:`canonical_metric` maps every ``timing/x`` that is not an alias to ``timing_s/x``;
+  ``actor/entropy_loss`` (verl < 0.4, the mean token entropy despite its name) is
+  ``actor/entropy``; ``actor/reward_kl_penalty`` (verl >= 0.4) is the older ``critic/kl``;
+* TRL / Unsloth (transformers' ``Trainer``): ``completions/mean_length`` ->
+  ``response_length/mean``, ``completions/clipped_ratio`` -> ``response_length/clip_ratio``,
+  ``reward`` -> ``critic/score/mean``, ``kl`` -> ``actor/kl_loss``, ``entropy`` ->
+  ``actor/entropy``, ``step_time`` -> ``timing_s/step``, ... Bare names as generic as ``reward``
+  are canonicalised only by the readers of transformers logs (``canonical_metric(..., hf=True)``);
+  with the ``train/`` prefix that transformers' TensorBoard and wandb callbacks put in front of
+  every training metric they are canonicalised in any file;
+* OpenRLHF (``train/<key>`` in TensorBoard and wandb) and NeMo-RL (``train/<key>``,
+  ``timing/train/<stage>``).
+
+Each canonical metric has a :attr:`CanonicalMetric.kind` (``response_length``, ``reward``,
+``entropy``, ``kl``, ...): a view that wants "the KL" or "every length metric" selects by kind
+(:func:`metrics_of_kind`) and gets the same names whatever framework wrote the run. Names that
+have no canonical counterpart (``rewards/<fn>/mean``, ``frac_reward_zero_std``, ...) are stored
+as written.
+
+When one record holds two spellings of one canonical metric (TRL 0.16-0.18 and Unsloth log
+``completion_length`` beside ``completions/mean_length``), the spelling listed first keeps the
+canonical name and the others keep their raw names (:func:`resolve_alias_collisions`), so a
+record never writes one metric twice.
+
+Steps
+-----
+:func:`derive_steps` pivots the metrics a step row needs (:data:`STEP_COLUMNS`: per column the
+candidate canonical names, first present wins). The step time comes from the first source that
+has it (:data:`STEP_TIME_SOURCES`, recorded in ``steps.step_time_source``):
+
+``logged``
+    the framework's own step time (verl ``timing_s/step``, TRL ``step_time``, NeMo-RL
+    ``timing/train/total_step_time``);
+``tqdm_elapsed`` / ``tqdm_rate``
+    a console progress bar: the bar's elapsed time between the step and the one before, or the
+    bar's smoothed ``s/it`` rate (see :mod:`analyses.readers.trl_console`);
+``sum_of_stages``
+    the sum of the stage times (verl < 0.2 logs no step time);
+``log_ts_diff``
+    wall clock between the step's log time and the previous step's, for consecutive steps only
+    (TensorBoard wall times, timestamped logs); it includes whatever ran between the two
+    (validation, checkpoints).
+
+``total_tokens`` is the step's token count when logged (``perf/total_num_tokens``), else the
+difference of a cumulative counter (TRL's ``num_tokens``) between the step and the step before.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from analyses.schema import STEPS, conform
+
+
+@dataclass(frozen=True)
+class CanonicalMetric:
+    """One quantity under its canonical name, with every other spelling of it.
+
+    ``hf_names``: the names transformers' ``Trainer`` (TRL, Unsloth) prints and stores in
+    ``log_history``. Bare, they are canonicalised only by the readers of transformers logs
+    (``reward`` or ``kl`` alone could mean anything in another file); with the ``train/`` prefix
+    that transformers' TensorBoard and wandb callbacks add they are unambiguous everywhere.
+    ``aliases``: other spellings, unambiguous in any file.
+    """
+
+    name: str
+    kind: str
+    meaning: str
+    hf_names: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+    def spellings(self, hf: bool) -> tuple[str, ...]:
+        """Every spelling, canonical first then in priority order (bare hf names only if ``hf``)."""
+        bare = self.hf_names if hf else ()
+        return (self.name, *bare, *(f"train/{n}" for n in self.hf_names), *self.aliases)
+
+
+_CM = CanonicalMetric
+# Canonical name first, aliases in priority order (see resolve_alias_collisions).
+CANONICAL_METRICS: tuple[CanonicalMetric, ...] = (
+    # -- response / prompt lengths (tokens)
+    _CM(
+        "response_length/mean", "response_length", "mean response length in the step's batch (tokens)",
+        hf_names=("completions/mean_length", "completion_length"),
+        aliases=("train/response_length", "train/mean_gen_tokens_per_sample"),
+    ),
+    _CM("response_length/max", "response_length", "longest response (tokens)", hf_names=("completions/max_length",)),
+    _CM("response_length/min", "response_length", "shortest response (tokens)", hf_names=("completions/min_length",)),
+    _CM(
+        "response_length/clip_ratio", "clip_ratio", "share of responses cut at the length cap",
+        hf_names=("completions/clipped_ratio",), aliases=("train/truncation_rate",),
+    ),
+    _CM("prompt_length/mean", "prompt_length", "mean prompt length (tokens)", aliases=("train/mean_prompt_length",)),
+    _CM("prompt_length/max", "prompt_length", "longest prompt (tokens)"),
+    _CM("prompt_length/min", "prompt_length", "shortest prompt (tokens)"),
+    _CM("prompt_length/clip_ratio", "prompt_length", "share of prompts cut at the prompt cap"),
+    _CM("response/aborted_ratio", "aborted_ratio", "share of responses aborted by the rollout"),
+    _CM("num_turns/mean", "turns", "mean turns per trajectory", aliases=("train/turns_per_sample/mean",)),
+    _CM("num_turns/max", "turns", "most turns in a trajectory"),
+    _CM("num_turns/min", "turns", "fewest turns in a trajectory"),
+    # -- reward (OpenRLHF and NeMo-RL also write train/reward: the mean sequence reward)
+    _CM(
+        "critic/score/mean", "reward", "mean sequence reward from the reward functions (before any KL penalty)",
+        hf_names=("reward",),
+    ),
+    _CM("critic/score/std", "reward", "standard deviation of the sequence reward", hf_names=("reward_std",)),
+    _CM("critic/score/max", "reward", "largest sequence reward"),
+    _CM("critic/score/min", "reward", "smallest sequence reward"),
+    _CM("critic/rewards/mean", "reward", "mean reward after the KL penalty (verl, KL in reward)"),
+    # -- policy entropy and divergence
+    _CM(
+        "actor/entropy", "entropy", "mean token entropy of the policy",
+        hf_names=("entropy",), aliases=("actor/entropy_loss", "train/approx_entropy"),
+    ),
+    _CM(
+        "actor/kl_loss", "kl", "KL(policy || reference) estimate (TRL, OpenRLHF, NeMo-RL, verl with use_kl_loss)",
+        hf_names=("kl",), aliases=("train/kl_penalty",),
+    ),
+    _CM(
+        "critic/kl", "kl", "KL(policy || reference), as applied in the reward (verl, use_kl_in_reward)",
+        aliases=("actor/reward_kl_penalty",),  # verl >= 0.4 spelling
+    ),
+    _CM(
+        "critic/kl_coeff", "kl_coef", "coefficient of the KL penalty in the reward (verl)",
+        aliases=("actor/reward_kl_penalty_coeff",),
+    ),
+    _CM("actor/ppo_kl", "policy_shift", "approximate KL between the old and the updated policy"),
+    _CM(
+        "actor/pg_clipfrac", "policy_shift", "share of tokens whose importance ratio was clipped",
+        hf_names=("clip_ratio/region_mean", "clip_ratio"),
+    ),
+    _CM("actor/pg_loss", "loss", "policy-gradient loss", aliases=("train/policy_loss",)),
+    # (transformers' grad_norm / learning_rate keep their names: no view reads them across frameworks)
+    _CM("actor/grad_norm", "optimizer", "gradient norm before clipping"),
+    _CM("actor/lr", "optimizer", "learning rate"),
+    # -- efficiency
+    _CM("perf/mfu/actor", "mfu", "model FLOPs utilization of the actor update"),
+    _CM("perf/max_memory_allocated_gb", "memory", "peak GPU memory allocated (GB)"),
+    _CM("perf/max_memory_reserved_gb", "memory", "peak GPU memory reserved (GB)"),
+    _CM("perf/cpu_memory_used_gb", "memory", "host memory used (GB)"),
+    _CM("perf/throughput", "throughput", "tokens per second per GPU (verl)"),
+    _CM(
+        "perf/total_num_tokens", "tokens", "tokens (prompt + response) processed in the step",
+        aliases=("train/total_num_tokens",),
+    ),
+    _CM(
+        "perf/cumulative_num_tokens", "tokens", "tokens (prompt + response) processed since the run began",
+        hf_names=("num_tokens", "num_input_tokens_seen"),
+    ),
+    # -- time (seconds)
+    _CM(
+        "timing_s/step", "time", "wall time of the training step, as the framework measured it",
+        hf_names=("step_time",), aliases=("timing/train/total_step_time",),
+    ),
+    _CM("timing_s/gen", "time", "rollout generation time", aliases=("timing/train/generation",)),
+    _CM("timing_s/reward", "time", "reward computation time", aliases=("timing/train/reward_calculation",)),
+    _CM("timing_s/update_actor", "time", "policy update time", aliases=("timing/train/policy_training",)),
+    _CM(
+        "progress/step_time_s/tqdm_elapsed", "time",
+        "step time read off a console progress bar: its elapsed time at the step minus at the step before",
+    ),
+    _CM(
+        "progress/step_time_s/tqdm_rate", "time",
+        "step time read off a console progress bar: its smoothed s/it rate at the step",
+    ),
+)
+
+_BY_NAME = {m.name: m for m in CANONICAL_METRICS}
+
+
+def _alias_table(hf: bool) -> dict[str, tuple[str, int]]:
+    """raw name -> (canonical name, priority: 0 for the canonical spelling, then alias order)."""
+    out: dict[str, tuple[str, int]] = {}
+    for m in CANONICAL_METRICS:
+        for prio, raw in enumerate(m.spellings(hf)):
+            if raw in out and out[raw][0] != m.name:
+                raise ValueError(f"metric name {raw!r} is declared for both {out[raw][0]!r} and {m.name!r}")
+            out.setdefault(raw, (m.name, prio))
+    return out
+
+
+_TABLES = {hf: _alias_table(hf) for hf in (False, True)}
+ALIASES: dict[str, str] = {raw: c for raw, (c, p) in _TABLES[False].items() if p > 0}
+HF_ALIASES: dict[str, str] = {raw: c for raw, (c, p) in _TABLES[True].items() if p > 0}
+_PRIORITY: dict[str, int] = {raw: p for raw, (_c, p) in _TABLES[True].items()}
+
+
+# what a training-health view reads (issue 13): per step, whichever of these a run logged
+HEALTH_KINDS = ("response_length", "clip_ratio", "aborted_ratio", "turns", "reward", "entropy", "kl", "mfu", "memory")
+
+
+def metrics_of_kind(*kinds: str) -> tuple[str, ...]:
+    """Canonical names of the given kinds, in declaration order (e.g. ``metrics_of_kind("kl")``)."""
+    return tuple(m.name for m in CANONICAL_METRICS if m.kind in kinds)
+
+
+def canonical_info(name: str) -> CanonicalMetric | None:
+    return _BY_NAME.get(name)
+
+
+def canonical_metric(raw: pl.Expr, hf: bool = False) -> pl.Expr:
+    """The canonical name of a raw metric name: a declared alias -> its canonical name; any other
+    ``timing/x`` -> ``timing_s/x``; everything else unchanged. ``hf``: the name comes from a
+    transformers ``Trainer`` log, so its bare names (``reward``, ``kl``, ...) are known too."""
+    aliased = raw.replace_strict(HF_ALIASES if hf else ALIASES, default=None, return_dtype=pl.String)
+    return pl.coalesce(aliased, raw.str.replace(r"^timing/", "timing_s/"))
+
+
+def alias_priority(raw: pl.Expr) -> pl.Expr:
+    """0 for a canonical spelling or an undeclared name, else the alias's rank (1 = first)."""
+    return raw.replace_strict(_PRIORITY, default=0, return_dtype=pl.Int64)
+
+
+def resolve_alias_collisions(rows: pl.DataFrame, record: str = "line_no") -> pl.DataFrame:
+    """Within each ``record`` (and step), keep the canonical name for the highest-priority spelling
+    of a metric; the other spellings of it keep their raw names (``metric := raw_metric``)."""
+    if rows.height == 0:
+        return rows
+    keys = [record, "step", "metric", "is_validation"]
+    dup = pl.len().over(keys) > 1
+    if not rows.select(dup.any()).item():
+        return rows
+    prio = alias_priority(pl.col("raw_metric"))
+    best = prio == prio.min().over(keys)
+    return rows.with_columns(metric=pl.when(dup & ~best).then(pl.col("raw_metric")).otherwise(pl.col("metric")))
+
 
 # steps column -> metric names (canonical), first present wins
 STEP_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -34,22 +258,36 @@ STEP_COLUMNS: dict[str, tuple[str, ...]] = {
     "prompt_len_min": ("prompt_length/min",),
 }
 LOGGED_STEP_TIME = "timing_s/step"
+TQDM_ELAPSED_STEP_TIME = "progress/step_time_s/tqdm_elapsed"
+TQDM_RATE_STEP_TIME = "progress/step_time_s/tqdm_rate"
+CUMULATIVE_TOKENS = "perf/cumulative_num_tokens"
 PER_GPU_THROUGHPUT = "perf/throughput"
+# measured step times, best first: (canonical metric, steps.step_time_source)
+STEP_TIME_SOURCES: tuple[tuple[str, str], ...] = (
+    (LOGGED_STEP_TIME, "logged"),
+    (TQDM_ELAPSED_STEP_TIME, "tqdm_elapsed"),
+    (TQDM_RATE_STEP_TIME, "tqdm_rate"),
+)
+SOURCE_SUM_OF_STAGES = "sum_of_stages"
+SOURCE_LOG_TS_DIFF = "log_ts_diff"
 # stages whose sum stands in for the step time when the log has no timing_s/step (verl < 0.2)
 STAGE_COLUMNS = (
     "gen_time_s", "reward_time_s", "old_log_prob_time_s", "ref_time_s", "values_time_s", "adv_time_s",
     "update_actor_time_s", "update_critic_time_s",
 )
-VALIDATION_PREFIXES = ("val/", "val-core/", "val-aux/", "val_", "test_score/", "test/", "validation/")
+# val*/test*: verl generations; eval/ and eval_: transformers (TRL) evaluation logs
+VALIDATION_PREFIXES = (
+    "val/", "val-core/", "val-aux/", "val_", "test_score/", "test/", "validation/", "eval/", "eval_",
+)
 
-
-def canonical_metric(raw: pl.Expr) -> pl.Expr:
-    """``timing/x`` -> ``timing_s/x``; everything else unchanged."""
-    return raw.str.replace(r"^timing/", "timing_s/")
+for _col, _names in STEP_COLUMNS.items():  # every name a step column reads is declared (or a verl stage)
+    for _n in _names:
+        if _n in HF_ALIASES:
+            raise ValueError(f"STEP_COLUMNS[{_col!r}] names the alias {_n!r}, not a canonical name")
 
 
 def is_validation_metric(metric: pl.Expr) -> pl.Expr:
-    """Metrics that only validation writes (verl's val-core/, val-aux/, older test_score/...)."""
+    """Metrics that only validation writes (verl's val-core/, val-aux/, older test_score/, TRL's eval_...)."""
     return pl.any_horizontal([metric.str.starts_with(p) for p in VALIDATION_PREFIXES])
 
 
@@ -64,7 +302,8 @@ def derive_steps(
     or two files of one run), the last occurrence in (path, line) order wins.
     ``step_attrs`` holds reader-provided per-step facts (``ts``, ``truncated_line``).
     """
-    wanted = {m for names in STEP_COLUMNS.values() for m in names} | {LOGGED_STEP_TIME, PER_GPU_THROUGHPUT}
+    time_sources = [m for m, _src in STEP_TIME_SOURCES]
+    wanted = {m for names in STEP_COLUMNS.values() for m in names} | {PER_GPU_THROUGHPUT, CUMULATIVE_TOKENS, *time_sources}
     sm = step_metrics.select("step", "metric", "value", "is_validation", "path", "line_no")
     training_steps = sm.filter(~pl.col("is_validation")).select("step").unique()
     val_steps = sm.filter(pl.col("is_validation")).select("step").unique().with_columns(has_validation=pl.lit(True))
@@ -80,22 +319,8 @@ def derive_steps(
         if m not in wide.columns:
             wide = wide.with_columns(pl.lit(None, dtype=pl.Float64).alias(m))
     cols = [pl.coalesce([pl.col(m) for m in names]).alias(col) for col, names in STEP_COLUMNS.items()]
-    out = wide.select("step", LOGGED_STEP_TIME, PER_GPU_THROUGHPUT, *cols)
-    stage_sum = pl.sum_horizontal([pl.col(c) for c in STAGE_COLUMNS])
-    any_stage = pl.any_horizontal([pl.col(c).is_not_null() for c in STAGE_COLUMNS])
-    out = out.with_columns(
-        step_time_s=pl.coalesce(pl.col(LOGGED_STEP_TIME), pl.when(any_stage).then(stage_sum)),
-        step_time_source=pl.when(pl.col(LOGGED_STEP_TIME).is_not_null())
-        .then(pl.lit("logged"))
-        .when(any_stage)
-        .then(pl.lit("sum_of_stages")),
-    )
-    # verl's perf/throughput is per GPU; the job's throughput is tokens over step time
-    job_tp = pl.col("total_tokens") / pl.col("step_time_s")
-    per_gpu = pl.col(PER_GPU_THROUGHPUT) * (n_gpus if n_gpus else None)
-    out = out.with_columns(throughput_tokens_per_s=pl.coalesce(job_tp, per_gpu))
-    out = training_steps.collect().join(out, on="step", how="left")
-    out = out.join(val_steps.collect(), on="step", how="left").with_columns(pl.col("has_validation").fill_null(False))
+    out = wide.select("step", PER_GPU_THROUGHPUT, CUMULATIVE_TOKENS, *time_sources, *cols)
+    out = training_steps.collect().join(out, on="step", how="left").sort("step")
     if step_attrs is not None:
         attrs = (
             step_attrs.group_by("step")
@@ -103,5 +328,29 @@ def derive_steps(
             .collect()
         )
         out = out.join(attrs, on="step", how="left")
+    consecutive = pl.col("step").diff() == 1
+    stage_sum = pl.sum_horizontal([pl.col(c) for c in STAGE_COLUMNS])
+    any_stage = pl.any_horizontal([pl.col(c).is_not_null() for c in STAGE_COLUMNS])
+    ts_diff = (
+        pl.when(consecutive).then(pl.col("ts").diff().dt.total_microseconds() / 1e6)
+        if "ts" in out.columns
+        else pl.lit(None, dtype=pl.Float64)
+    )
+    candidates = [(pl.col(m), src) for m, src in STEP_TIME_SOURCES]
+    candidates += [(pl.when(any_stage).then(stage_sum), SOURCE_SUM_OF_STAGES), (ts_diff, SOURCE_LOG_TS_DIFF)]
+    source = pl.lit(None, dtype=pl.String)
+    for value, src in reversed(candidates):
+        source = pl.when(value.is_not_null()).then(pl.lit(src)).otherwise(source)
+    out = out.with_columns(
+        step_time_s=pl.coalesce([v for v, _src in candidates]),
+        step_time_source=source,
+        # a cumulative token counter gives the step's tokens only between consecutive steps
+        total_tokens=pl.coalesce(pl.col("total_tokens"), pl.when(consecutive).then(pl.col(CUMULATIVE_TOKENS).diff())),
+    )
+    # verl's perf/throughput is per GPU; the job's throughput is tokens over step time
+    job_tp = pl.col("total_tokens") / pl.col("step_time_s")
+    per_gpu = pl.col(PER_GPU_THROUGHPUT) * (n_gpus if n_gpus else None)
+    out = out.with_columns(throughput_tokens_per_s=pl.coalesce(job_tp, per_gpu))
+    out = out.join(val_steps.collect(), on="step", how="left").with_columns(pl.col("has_validation").fill_null(False))
     out = out.with_columns(pl.col("truncated_line").fill_null(False)) if "truncated_line" in out.columns else out
     return conform(out.sort("step"), STEPS)

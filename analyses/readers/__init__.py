@@ -3,6 +3,14 @@
 Order matters: specific formats are tried before general ones (a PolyTrace v2 file is also
 JSONL; a wandb history CSV is also a CSV). The first reader whose ``sniff`` accepts the head
 of a file reads it.
+
+A console capture need not show its format in its head: a wandb ``output.log`` of a verl run
+can open with megabytes of reward-function debug prints before the first ``step:`` line. So
+when no reader accepts the head of a file that looks like text, a second look streams the file
+(at most :data:`analyses.readers.late_sniff.LATE_SNIFF_MAX_BYTES`) block by block and offers
+the lines of each block that hold a reader's signature literals to the readers that declare
+them (``late_sniff``: the low-priority console formats), in the same order; see
+:mod:`analyses.readers.late_sniff`.
 """
 
 from __future__ import annotations
@@ -11,11 +19,14 @@ import importlib
 from pathlib import Path
 
 from analyses.readers.base import Reader, read_head
+from analyses.readers.late_sniff import late_detect
 
 # module:class, most specific first
 READER_SPECS: tuple[str, ...] = (
     "analyses.readers.kineto:KinetoTraceReader",
     "analyses.readers.wandb_offline:WandbOfflineReader",
+    "analyses.readers.tb_events:TensorBoardReader",
+    "analyses.readers.trl_trainer_state:TrainerStateReader",
     "analyses.readers.polytrace_v2:PackedLengthsReader",
     "analyses.readers.polytrace_v2:RewardTimingsReader",
     "analyses.readers.polytrace_v2:MultiturnWorkloadReader",
@@ -32,6 +43,7 @@ READER_SPECS: tuple[str, ...] = (
     "analyses.readers.cluster_util:ClusterUtilWideReader",
     "analyses.readers.metrics_export:MetricsJsonlReader",
     "analyses.readers.metrics_export:MetricsCsvReader",
+    "analyses.readers.trl_console:TrlConsoleReader",
     "analyses.readers.verl_console:VerlConsoleReader",
 )
 
@@ -51,12 +63,13 @@ def all_readers() -> list[Reader]:
 
 
 def detect(path: Path, head: str | None = None) -> Reader | None:
-    """The reader for ``path`` by content, or None when no reader recognizes it."""
+    """The reader for ``path`` by content, or None when no reader recognizes it: the head first,
+    then, for a text file, a bounded second look for a late console format."""
     text = read_head(path) if head is None else head
     for r in all_readers():
         if r.sniff(text, path):
             return r
-    return None
+    return late_detect(path, text, [r for r in all_readers() if getattr(r, "late_sniff", ())])
 
 
 def reader_by_name(name: str) -> Reader:

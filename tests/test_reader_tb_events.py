@@ -67,7 +67,8 @@ def test_verl_scalars_histogram_and_validation() -> None:
     assert _v(sm, 1, "response_length/clip_ratio") == 0.125
     assert sm.filter(pl.col("is_validation")).select("step", "metric").rows() == [(2, "val-core/openai/gsm8k/acc/mean@1")]
     assert "actor/entropy_hist" not in sm["raw_metric"].to_list()
-    ts = c.tables["steps"].sort("step")
+    assert c.step_attrs is not None
+    ts = c.step_attrs.sort("step")
     assert ts["step"].to_list() == [1, 2, 3]
     # step 2's latest scalar is the validation one, 5 s after its training scalars
     assert [t.timestamp() for t in ts["ts"]] == [1_760_000_060.0, 1_760_000_125.0, 1_760_000_180.0]

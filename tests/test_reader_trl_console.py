@@ -74,7 +74,8 @@ def test_unsloth_real_log(real_file) -> None:
     assert _value(sm, 2, "progress/step_time_s/tqdm_elapsed") == 18 * 60 + 35 - 644.0
     assert _value(sm, 2, "progress/step_time_s/tqdm_rate") == 542.21
     # no time in the log: the file name's stamp (the script's start) anchors the bar's elapsed time
-    steps = chunks[-1].tables["steps"]
+    steps = chunks[-1].step_attrs
+    assert steps is not None
     assert steps["ts"].to_list() == [datetime(2025, 12, 17, 12, 33, 15, tzinfo=UTC), datetime(2025, 12, 17, 12, 41, 6, tzinfo=UTC)]
 
 
@@ -101,7 +102,8 @@ def test_trl_terminal_markdown_real_log(real_file) -> None:
     assert times["value"].sum() == 56 * 60 + 46
     assert _value(sm, 1, "progress/step_time_s/tqdm_rate") == 100.69
     # the capture's "- Time: 2025-10-22 18:14:57" header anchors the bar
-    steps = chunks[-1].tables["steps"]
+    steps = chunks[-1].step_attrs
+    assert steps is not None
     assert steps.filter(pl.col("step") == 43)["ts"].item() == datetime(2025, 10, 22, 19, 11, 43, tzinfo=UTC)
 
 
@@ -118,10 +120,10 @@ def test_trl_run_ingests_into_steps(real_file, warehouse: Path) -> None:
 
 
 def test_trl_run_shows_in_the_report(real_file, warehouse: Path, tmp_path: Path) -> None:
-    from analyses.report import build_report
+    from analyses.api import PolyTrace
 
     ingest_run(real_file(TRL_MD).parent, warehouse)
-    res = build_report(warehouse, tmp_path / "r.html", png=False)
+    res = PolyTrace(warehouse).report(tmp_path / "r.html", png=False)
     variance = next(s for s in res.sections if s.group == "step_variance")
     st = variance.headline.filter(pl.col("metric") == "step_time_s")
     assert st["n_steps"].item() == 43
@@ -157,7 +159,8 @@ def test_header_twice_eval_bar_and_cut_dict() -> None:
     assert elapsed.select("step", "value").rows() == [(1, 30.0), (2, 35.0), (3, 40.0), (4, 35.0), (5, 35.0), (6, 35.0)]
     rate = sm.filter(pl.col("metric") == "progress/step_time_s/tqdm_rate").sort("step")
     assert rate["value"].to_list() == [30.0, 32.8, 35.4, 33.0, 34.0, 34.5]
-    steps = chunks[-1].tables["steps"]
+    steps = chunks[-1].step_attrs
+    assert steps is not None
     assert steps.filter(pl.col("step") == 1)["ts"].item() == datetime(2025, 10, 22, 12, 6, 1, tzinfo=UTC)
 
 

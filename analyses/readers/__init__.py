@@ -69,7 +69,7 @@ def detect(path: Path, head: str | None = None) -> Reader | None:
     for r in all_readers():
         if r.sniff(text, path):
             return r
-    return late_detect(path, text, [r for r in all_readers() if getattr(r, "late_sniff", ())])
+    return late_detect(path, text, [r for r in all_readers() if r.late_sniff])
 
 
 def reader_by_name(name: str) -> Reader:

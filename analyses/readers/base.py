@@ -80,6 +80,9 @@ class ReaderBase:
 
     name: str = ""
     metric_source: int = METRIC_SOURCE_TEXT
+    # literals of the lines that show this format, for a second look past the head of a file
+    # whose head matched nothing (see analyses.readers.late_sniff); empty: no second look
+    late_sniff: tuple[str, ...] = ()
 
 
 class UnreadableFile(Exception):

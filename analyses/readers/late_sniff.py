@@ -88,7 +88,7 @@ def late_detect(path: Path, head: str, readers: Sequence[Reader]) -> Reader | No
         return None
     for block in line_blocks(path):
         for r in readers:
-            lines = lines_holding(block, getattr(r, "late_sniff", ()))
+            lines = lines_holding(block, r.late_sniff)
             if lines and r.sniff(lines, path):
                 return r
     return None

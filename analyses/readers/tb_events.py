@@ -42,7 +42,15 @@ from typing import Any
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, epoch_in_range, rejects_frame
+from analyses.readers.base import (
+    METRIC_SOURCE_STRUCTURED,
+    Chunk,
+    FileContext,
+    ReaderBase,
+    UnreadableFile,
+    epoch_in_range,
+    rejects_frame,
+)
 from analyses.steps import canonical_metric, is_validation_metric
 from analyses.telemetry_units import epoch_to_ts
 
@@ -127,7 +135,8 @@ class _Batch:
         self.lines = self.ok = self.skipped = 0
 
 
-class TensorBoardReader:
+class TensorBoardReader(ReaderBase):
+    metric_source = METRIC_SOURCE_STRUCTURED  # float32 as logged, not rounded for print
     """TensorBoard ``events.out.tfevents.*`` files (needs the ``tensorboard`` extra to decode)."""
 
     name = "tensorboard"
@@ -196,6 +205,7 @@ def _decode(event_pb2: Any, tensor_util: Any, plugins: dict[str, str], n: int, d
 
 def _chunk(b: _Batch) -> Chunk:
     tables: dict[str, pl.DataFrame] = {}
+    attrs = None
     if b.rec:
         s = pl.DataFrame(
             {"line_no": b.rec, "step": b.step, "wall": b.wall, "raw_metric": b.tag, "value": b.value},
@@ -217,8 +227,8 @@ def _chunk(b: _Batch) -> Chunk:
             .select("step", ts=epoch_to_ts(pl.col("wall")))
         )
         if steps.height:
-            tables["steps"] = steps
+            attrs = steps
     rej = rejects_frame([r[0] for r in b.rej], [r[1] for r in b.rej], [""] * len(b.rej)) if b.rej else None
     return Chunk(
-        tables=tables, rejects=rej, lines=b.lines, rows_ok=b.ok, rows_rejected=len(b.rej), rows_skipped=b.skipped
+        tables=tables, step_attrs=attrs, rejects=rej, lines=b.lines, rows_ok=b.ok, rows_rejected=len(b.rej), rows_skipped=b.skipped
     )

@@ -70,7 +70,7 @@ from pathlib import Path
 import polars as pl
 
 from analyses.manifest import RunManifest
-from analyses.readers.base import Chunk, FileContext, rejects_frame
+from analyses.readers.base import Chunk, FileContext, ReaderBase, rejects_frame
 from analyses.readers.lines import iter_line_batches
 from analyses.schema import RAW_MAX_CHARS
 from analyses.steps import (
@@ -118,7 +118,7 @@ _STATE_SCHEMA = {
 _LINE_SCHEMA = {"line_no": pl.Int64, "status": pl.String, "reason": pl.String, "line": pl.String}
 
 
-class TrlConsoleReader:
+class TrlConsoleReader(ReaderBase):
     """transformers ``Trainer`` console captures (TRL ``GRPOTrainer``, Unsloth)."""
 
     name = "trl_console"
@@ -327,10 +327,9 @@ def resolve(
     sm = pl.concat([metric_rows.select(_SM_COLS), time_rows.select(_SM_COLS)], how="vertical_relaxed")
     if sm.height:
         tables["step_metrics"] = sm
-    if attrs.height:
-        tables["steps"] = attrs
     return Chunk(
         tables=tables,
+        step_attrs=attrs if attrs.height else None,
         rejects=rejects_frame(rej["line_no"], rej["reason"], rej["raw"]) if rej.height else None,
         lines=examined.height,
         rows_ok=n.get("ok", 0),

@@ -31,7 +31,14 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, rejects_frame
+from analyses.readers.base import (
+    METRIC_SOURCE_STRUCTURED,
+    Chunk,
+    FileContext,
+    ReaderBase,
+    UnreadableFile,
+    rejects_frame,
+)
 from analyses.readers.flat_metrics import (
     add_counts,
     connect,
@@ -61,7 +68,8 @@ ORDER BY line_no
 """
 
 
-class TrainerStateReader:
+class TrainerStateReader(ReaderBase):
+    metric_source = METRIC_SOURCE_STRUCTURED
     """transformers ``trainer_state.json`` documents."""
 
     name = "trl_trainer_state"

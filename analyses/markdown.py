@@ -16,6 +16,12 @@ PREVIEW_ROWS = 5
 PREVIEW_CELL_CHARS = 48
 
 
+def escape_text(s: str) -> str:
+    """``s`` shown as written by a markdown renderer: ``<table>`` would otherwise be taken for an
+    HTML tag and vanish (Dagster renders column and asset descriptions as markdown)."""
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def format_value(v: object, max_items: int = 20) -> str:
     """One cell as text: NULL empty, floats to 6 significant digits, lists cut at ``max_items``."""
     if v is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from analyses.schema import TABLES, Table
-from analyses.warehouse import partition_files
+from analyses.warehouse import published_runs, read_published
 
 
 def dtype_name(dtype: pl.DataType) -> str:
@@ -43,11 +43,14 @@ def frame_schema(schema: Mapping[str, pl.DataType]) -> list[tuple[str, str]]:
 
 
 def partition_rows(root: Path, table: str, run_id: str) -> int:
-    """Rows in one run's partition of ``table`` (from Parquet footers; no data is read)."""
-    files = partition_files(root, table, run_id)
-    if not files:
-        return 0
-    return int(pl.scan_parquet(files).select(pl.len()).collect().item())
+    """Rows in one run's published ``table`` (from its manifest; no data is read)."""
+    m = read_published(root, run_id)
+    return m.tables[table].rows if m is not None and table in m.tables else 0
+
+
+def table_rows(root: Path, table: str) -> int:
+    """Rows of ``table`` over every published run (from the manifests)."""
+    return sum(m.tables[table].rows for m in published_runs(root).values() if table in m.tables)
 
 
 def run_row_counts(root: Path, run_id: str, tables: Iterable[str] | None = None) -> dict[str, int]:

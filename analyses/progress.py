@@ -28,13 +28,15 @@ class IngestProgress:
                 TimeElapsedColumn,
                 TransferSpeedColumn,
             )
+            from rich.table import Column
 
+            # one line that fits an 80-column terminal: a long run id is cut with an ellipsis
             self._progress = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
+                TextColumn("[bold]{task.description}", table_column=Column(max_width=16, no_wrap=True, overflow="ellipsis")),
+                BarColumn(bar_width=10),
                 DownloadColumn(),
                 TransferSpeedColumn(),
-                TextColumn("{task.fields[files]} files, {task.fields[rows]:,} rows ({task.fields[rps]:,.0f}/s)"),
+                TextColumn("{task.fields[files]}f {task.fields[rows]:,} rows"),
                 TimeElapsedColumn(),
                 transient=True,
                 **({"console": self._console} if self._console is not None else {}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,4 +102,28 @@ def test_progress_on_a_terminal_counts_files_bytes_and_rows(tmp_path: Path) -> N
     # files restart per run (the second has 2); rows add up over the session:
     # 3 step lines x 2 metrics in the first run + 2 lines x 1 metric in the second
     assert progress._files == 2 and progress._rows == 8
-    assert "files" in buf.getvalue()
+    assert " rows" in buf.getvalue()
+
+
+def test_progress_line_fits_80_columns(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from analyses.progress import IngestProgress
+
+    buf = io.StringIO()
+    progress = IngestProgress(enabled=True, console=Console(file=buf, force_terminal=True, width=80))
+    with progress:
+        progress.event("run_start", {"run_id": "x" * 128, "files": 3, "bytes": 300 * 2**20})
+        progress.event("file_progress", {"path": "a.log", "lines": 10**6, "rows": 12_345_678})
+        progress._progress.refresh()
+    lines = [ln for ln in buf.getvalue().replace("\r", "\n").splitlines() if ln.strip()]
+    visible = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", ln) for ln in lines]
+    assert visible and all(len(v) <= 80 for v in visible), visible
+    assert any("12,345,678 rows" in v for v in visible)
+
+
+def test_version() -> None:
+    out = subprocess.run([sys.executable, "-m", "analyses.cli", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and re.fullmatch(r"polytrace \S+\n", out.stdout)

@@ -19,7 +19,7 @@ from pipelines.assets import characterize as C
 from pipelines.resources import WarehouseResource
 
 
-def _stub_pngs(specs, out_dir: Path, keep_browser: bool = False):  # noqa: ANN001, ANN202
+def _stub_pngs(specs, out_dir: Path, width: int = 1100, keep_browser: bool = False):  # noqa: ANN001, ANN202
     if not specs or not specs[0].key.startswith("lengths__"):
         return {}, "PNG export skipped: no Chrome/Chromium found"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -48,9 +48,11 @@ def test_characterize_assets_metadata(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "`length_quantiles`" in lengths["views"].value
     assert lengths["report_section"].value.endswith("reports/polytrace_report.html#lengths")
     # key figures of the lengths group: the response CDF and one drift figure per sample-bearing run
-    assert lengths["figure"].value.endswith("lengths__cdf_response.png") and lengths["figures"].value.count(".png") == 3
+    # inline as data URIs, which the UI shows (it would block file:// links); the files beside
+    assert lengths["figures"].value.count("](data:image/png;base64,") == 3
+    assert "**lengths__cdf_response**" in lengths["figures"].value and lengths["figure_files"].value.count(".png") == 3
     tools = mats[AssetKey("tool_latency_view")]
-    assert "figure" not in tools and "no Chrome/Chromium" in tools["figure_note"].value
+    assert "figures" not in tools and "no Chrome/Chromium" in tools["figure_note"].value
     assert "| agent-b | search |" in tools["headline"].value
     report = mats[AssetKey("characterization_report")]
     report_path = PolyTrace(root).layout.reports / REPORT_NAME

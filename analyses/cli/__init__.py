@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 from analyses.cli import export, fidelity, fit, ingest, query, report, runs
 from analyses.cli.common import EXIT_OK, EXIT_USAGE, Command, UsageError
@@ -23,6 +24,13 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+def _version() -> str:
+    try:
+        return metadata.version("polytrace")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -31,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
         epilog="example:\n  polytrace ingest --root sample_logs && polytrace runs",
     )
+    parser.add_argument("--version", action="version", version=f"polytrace {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for c in COMMANDS:
         p = sub.add_parser(c.name, help=c.help, description=c.description, epilog=c.epilog, formatter_class=fmt)

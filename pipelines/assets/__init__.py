@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 from dagster import MetadataValue, TableColumn, TableSchema
 
-from analyses.markdown import markdown_table
+from analyses.markdown import escape_text, markdown_table
 from analyses.metadata import column_schema, frame_schema
 from analyses.schema import Table
 
@@ -29,8 +29,9 @@ def stage_modules() -> list[ModuleType]:
 
 
 def contract_table_schema(table: Table | str) -> TableSchema:
-    """The contract's columns as a Dagster TableSchema (shown on the asset before any run)."""
-    return TableSchema(columns=[TableColumn(n, t, description=d) for n, t, d in column_schema(table)])
+    """The contract's columns, each with its description, as a Dagster TableSchema."""
+    return TableSchema(columns=[TableColumn(n, t, description=escape_text(d) if d else None)
+                                for n, t, d in column_schema(table)])
 
 
 def frame_table_schema(schema: Mapping[str, pl.DataType]) -> TableSchema:

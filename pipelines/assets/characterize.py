@@ -9,7 +9,9 @@ as a markdown table, the views' definitions, the group's key figures and its rep
 # No `from __future__ import annotations` here: Dagster checks the `context` annotation of an
 # asset, check or sensor at definition time and refuses a string.
 
+import base64
 import os
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -31,8 +33,15 @@ from pipelines.resources import WarehouseResource
 CHARACTERIZE_GROUP = "characterize"
 CATALOG = AssetKey("warehouse_catalog")
 HEADLINE_ROWS = 40
+PNG_WIDTH = 900  # px: readable in the UI's dialog, ~50-100 KB each inline
 # POLYTRACE_PNG=0 skips the PNGs (kaleido starts a Chromium: seconds per process), e.g. in quick tests
 ENV_PNG = "POLYTRACE_PNG"
+
+
+def figures_markdown(pngs: dict[str, Path]) -> str:
+    """Each PNG as an inline data-URI image under its key: what Dagster's markdown view shows."""
+    return "\n\n".join(f"**{key}**\n\n![{key}](data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()})"
+                         for key, p in pngs.items())
 
 
 def _views_md(group: ViewGroup) -> str:
@@ -67,12 +76,11 @@ def _group_asset(group: ViewGroup) -> AssetsDefinition:
         if os.environ.get(ENV_PNG, "1").strip().lower() in ("0", "false", "no"):
             pngs, note = {}, f"PNG export disabled (${ENV_PNG}=0)"
         else:
-            pngs, note = write_pngs(key_figs, pt.layout.reports / "png", keep_browser=True)
+            pngs, note = write_pngs(key_figs, pt.layout.reports / "png", width=PNG_WIDTH, keep_browser=True)
         if pngs:
-            first = next(iter(pngs.values()))
-            meta["figure"] = MetadataValue.path(str(first))
-            if len(pngs) > 1:
-                meta["figures"] = MetadataValue.md("\n".join(f"- `{p}`" for p in pngs.values()))
+            # inline, so the UI shows them ([Show Markdown]); browsers block file:// links
+            meta["figures"] = MetadataValue.md(figures_markdown(pngs))
+            meta["figure_files"] = MetadataValue.md("\n".join(f"- `{p}`" for p in pngs.values()))
         elif note and key_figs:
             meta["figure_note"] = MetadataValue.text(note)
         context.log.info(f"{group.name}: {section.headline.height} headline row(s), {len(section.figures)} figure(s)")

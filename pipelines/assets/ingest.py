@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 from dagster import (
     AssetExecutionContext,
     AssetKey,
@@ -26,11 +25,11 @@ from dagster import (
 
 from analyses.ingest import RunReport
 from analyses.markdown import counts_markdown, markdown_table
-from analyses.metadata import partition_rows
+from analyses.metadata import partition_rows, table_rows
 from analyses.schema import TABLES, Table
 from analyses.views import all_views
-from analyses.warehouse import partition_dir, partition_files, scan_table
-from pipelines.assets import contract_table_schema, frame_metadata, frame_table_schema
+from analyses.warehouse import partition_files, scan_table
+from pipelines.assets import contract_table_schema, frame_metadata
 from pipelines.partitions import FINGERPRINT_META, dir_fingerprint, runs_partitions
 from pipelines.resources import WarehouseResource
 
@@ -92,13 +91,16 @@ def _table_metadata(root: Path, table: str, run_id: str, report: RunReport) -> d
     rows = partition_rows(root, table, run_id)
     head = scan_table(root, table, [run_id]).head(PREVIEW_ROWS).collect()
     meta = frame_metadata(head, rows)
-    files = partition_files(root, table, run_id)
-    if files:  # the schema as stored, which the schema check compares with the contract
-        meta["dagster/column_schema"] = frame_table_schema(
-            {"run_id": pl.String(), **pl.read_parquet_schema(files[0])}
-        )
+    # the asset is the whole table: its row count is every run's, this partition's is beside it
+    meta["dagster/row_count"] = MetadataValue.int(table_rows(root, table))
+    meta["partition_row_count"] = MetadataValue.int(rows)
+    # the stored schema equals the contract (the blocking schema check saw to it); show the contract's
+    # column descriptions rather than bare names
+    meta["dagster/column_schema"] = contract_table_schema(table)
     meta["run_id"] = run_id
-    meta["partition_path"] = MetadataValue.path(str(partition_dir(root, table, run_id)))
+    files = partition_files(root, table, run_id)
+    if files:
+        meta["partition_file"] = MetadataValue.path(str(files[0]))
     if table == "source_files":
         sf = scan_table(root, "source_files", [run_id]).head(FILES_LISTED).collect()
         cols = [

@@ -137,7 +137,7 @@ def _run_line(rid: str, res: ExecuteInProcessResult) -> str:
         ev = mats.get(table)
         if ev is None or ev.materialization is None:
             return 0
-        v = ev.materialization.metadata.get("dagster/row_count")
+        v = ev.materialization.metadata.get("partition_row_count")
         return int(v.value) if v is not None else 0
 
     status = "ok" if res.success else "FAILED"

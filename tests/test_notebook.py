@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from _chromium import require_chromium
 from _views_util import build_demo_warehouse
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "characterization.ipynb"
@@ -25,9 +27,11 @@ def test_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 
     root = tmp_path / "wh"
     build_demo_warehouse(root)
-    # the kernel inherits the environment: point it at the test warehouse; plots as plotly JSON outputs, never a browser
+    # the kernel inherits the environment: point it at the test warehouse; the notebook's own renderer
+    # (plotly JSON + a static PNG through kaleido, which needs Chromium)
+    require_chromium()
     monkeypatch.setenv("POLYTRACE_WAREHOUSE", str(root))
-    monkeypatch.setenv("PLOTLY_RENDERER", "plotly_mimetype")
+    monkeypatch.delenv("PLOTLY_RENDERER", raising=False)
     monkeypatch.setenv("POLARS_MAX_THREADS", "2")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
@@ -42,3 +46,9 @@ def test_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     # cdf 1 + drift 2 (math-a, dapo-c) + stages 1 + throughput 1 + imbalance 2 + gpu 1 + tools 1 + multiturn 2 + filter 1
     assert len(figures) == 12
+    # each also as a PNG, so GitHub and nbconvert --to html show it
+    assert all("image/png" in o["data"] for o in figures)
+    from nbconvert import HTMLExporter
+
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', html)) == 12

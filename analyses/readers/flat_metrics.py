@@ -28,7 +28,9 @@ from collections.abc import Callable, Iterator
 import duckdb
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext
+from analyses.readers import limits
+from analyses.readers.base import Chunk, FileContext, rejects_frame
+from analyses.readers.json_scan import split_too_deep
 from analyses.readers.lines import LineBatch, iter_line_batches
 from analyses.steps import canonical_metric, is_validation_metric
 
@@ -246,7 +248,15 @@ def read_jsonl(ctx: FileContext, reader: str, batch_lines: int, chunk: ChunkFn) 
     dropped: dict[str, int] = {}
     try:
         for batch in iter_line_batches(ctx.path, batch_lines=batch_lines):
-            out, counts = chunk(con, batch.lines)
+            # a record nested past DuckDB's JSON depth limit is rejected before any JSON function
+            # sees it (json_tree's memory also grows with depth squared)
+            body, deep = split_too_deep(batch.lines, limits.current().max_json_depth)
+            out, counts = chunk(con, body)
+            if deep.height:
+                rej = rejects_frame(deep["line_no"], deep["reason"], deep["line"])
+                out.rejects = rej if out.rejects is None else pl.concat([out.rejects, rej]).sort("line_no")
+                out.lines += deep.height
+                out.rows_rejected += deep.height
             count_unseen(out, batch)
             add_counts(dropped, counts)
             yield out

@@ -146,14 +146,14 @@ def iter_line_batches(
 
 
 def stream_line_frames(
-    fh: IO[bytes], name: str, first_line_no: int = 1, batch_lines: int = DEFAULT_BATCH_LINES
+    fh: IO[bytes], name: str, numbered: list[int], batch_lines: int = DEFAULT_BATCH_LINES
 ) -> Iterator[pl.DataFrame]:
     """The lines of an open binary stream (a tar member) as :func:`line_frames` gives those of a
-    file (same rules: invalid UTF-8 replaced, over-long and NUL lines refused), numbered from
-    ``first_line_no``."""
+    file (same rules: invalid UTF-8 replaced, over-long and NUL lines refused), numbered on from
+    ``numbered[0]`` (the last number already used), which is advanced past every line."""
     blocks = iter(lambda: fh.read(DEFAULT_BLOCK_BYTES), b"")
-    batches = _lenient_batches(Path(name), blocks, None, limits.current().max_line_bytes, batch_lines, first_line_no)
-    for batch in batches:
+    max_line = limits.current().max_line_bytes
+    for batch in _lenient_batches(Path(name), blocks, None, max_line, batch_lines, numbered):
         if batch.lines.height:
             yield batch.lines
 
@@ -292,18 +292,21 @@ def _lenient_batches(
     contains: str | None,
     max_line: int,
     batch_lines: int,
-    first_line_no: int = 1,
+    numbered: list[int] | None = None,
 ) -> Iterator[LineBatch]:
     """Lines of ``blocks`` with over-long lines streamed past: ``pending`` (the unfinished last
-    line) never exceeds ``max_line`` plus one block, and a line found longer is refused."""
+    line) never exceeds ``max_line`` plus one block, and a line found longer is refused.
+    ``numbered``: ``[last line number used before]``, kept up to date (numbering runs on)."""
     pending = b""
-    next_no = first_line_no
+    numbered = [0] if numbered is None else numbered
+    next_no = numbered[0] + 1
     skipping: list | None = None  # [line_no, bytes so far, head] of an over-long line being passed
 
     def emit(data: bytes) -> Iterator[LineBatch]:
         nonlocal next_no
         df = _frame(data, next_no)
         next_no += df.height
+        numbered[0] = next_no - 1
         refused = (pl.col("line").str.len_bytes() > max_line) | pl.col("line").str.contains("\x00", literal=True)
         bad = df.filter(refused)
         if bad.height:
@@ -324,6 +327,7 @@ def _lenient_batches(
         nonlocal skipping, next_no
         skipping = [next_no, len(buf), buf[: RAW_MAX_CHARS * 4]]
         next_no += 1
+        numbered[0] = next_no - 1
 
     def finish_skipping() -> None:
         nonlocal skipping

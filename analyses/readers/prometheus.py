@@ -42,6 +42,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analyses.readers import limits
 from analyses.readers.base import (
     Chunk,
     FileContext,
@@ -231,10 +232,15 @@ class PrometheusRangeJsonReader:
         )
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        size, cap = ctx.path.stat().st_size, limits.current().max_document_bytes
+        if size > cap:
+            raise UnreadableFile(f"JSON document of {size} bytes, over the {cap}-byte document limit")
         try:
             doc = json.loads(ctx.path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise UnreadableFile(f"not a JSON document: {exc}") from exc
+        except RecursionError as exc:  # a query answer is never nested that deep
+            raise UnreadableFile("not a Prometheus answer: JSON nested past Python's recursion limit") from exc
         if (
             not isinstance(doc, dict)
             or doc.get("status") != "success"

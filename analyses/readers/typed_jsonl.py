@@ -20,7 +20,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from analyses.readers import limits
 from analyses.readers.base import Chunk, rejects_frame
+from analyses.readers.json_scan import max_depth, split_too_deep
 from analyses.readers.lines import iter_line_batches
 
 # One batch of lines is decoded at a time; checks that must see the whole file (duplicates, the
@@ -190,6 +192,7 @@ def decode_frame(lines: pl.DataFrame, fields: Sequence[Field], sql: str | None =
     blank = lines["line"].str.strip_chars().str.len_bytes() == 0
     # a UTF-8 byte-order mark (Windows editors) would make the first record invalid JSON
     src = lines.filter(~blank).select(pl.col("line_no").cast(pl.Int64), pl.col("line").str.strip_prefix("\ufeff"))
+    src, deep = split_too_deep(src, limits.current().max_json_depth)
     con = duckdb.connect()
     try:
         con.execute("SET threads=2")
@@ -200,7 +203,8 @@ def decode_frame(lines: pl.DataFrame, fields: Sequence[Field], sql: str | None =
     out = out.sort("line_no").with_columns(reason=reason_expr(fields))
     good = out.filter(pl.col("reason").is_null())
     values = good.select("line_no", "line", pl.col("_v").struct.unnest())
-    bad = out.filter(pl.col("reason").is_not_null())
+    bad = pl.concat([out.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "line"), deep])
+    bad = bad.sort("line_no")
     return Decoded(
         ok=values.rename({f.key: f.col for f in fields if f.col != f.key}),
         rejects=rejects_frame(bad["line_no"], bad["reason"], bad["line"]),
@@ -249,14 +253,18 @@ def step_from_name(path: Path, pattern: str) -> int | None:
 
 
 def first_json_objects(head: str, n: int = 5) -> list[dict]:
-    """Up to ``n`` JSON objects from the first complete lines of ``head`` (for sniffing only)."""
+    """Up to ``n`` JSON objects from the first complete lines of ``head`` (for sniffing only);
+    a line that is no JSON, or nests deeper than the reader accepts, is passed over."""
     out: list[dict] = []
+    depth_limit = limits.current().max_json_depth
     for line in head.lstrip("\ufeff").splitlines():  # a line cut by the head limit fails to parse
         if not line.strip():
             continue
         try:
+            if line.count("{") + line.count("[") > depth_limit and max_depth(line.encode()) > depth_limit:
+                continue
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(obj, dict):
             out.append(obj)

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from analyses.readers import limits
+
 _Q, _BS, _LB, _RB = 34, 92, 123, 125
 
 REASON_TOO_DEEP = "json_too_deep: nested deeper than {} levels"
+REASON_TOO_MANY = "json_too_large: {} values or more in one record"
 
 
 @dataclass(frozen=True)
@@ -93,26 +96,40 @@ def max_depth(data: bytes) -> int:
     return int(st.depth.max()) if st.depth.size else 0
 
 
-def too_deep(lines: pl.DataFrame, limit: int, col: str = "line") -> pl.Series:
-    """Per row of ``lines``: True when its JSON text nests deeper than ``limit``.
+def too_complex(lines: pl.DataFrame, depth_limit: int, values_limit: int, col: str = "line") -> pl.Series:
+    """Per row of ``lines``: the reason its JSON text must not be parsed (nested deeper than
+    ``depth_limit``, or more than ``values_limit`` values: commas outside strings + 1), else null.
 
-    A cheap upper bound first (the count of ``{`` and ``[``, strings included); only the rare
-    lines with more than ``limit`` of them are scanned exactly."""
-    opens = lines.get_column(col).str.count_matches(r"[\[{]", literal=False).fill_null(0)
-    out = np.zeros(lines.height, dtype=bool)
-    suspects = np.flatnonzero((opens > limit).to_numpy())
+    Cheap upper bounds first (the count of ``{`` and ``[``, of commas, strings included); only
+    the rare lines over them are scanned exactly."""
+    text = lines.get_column(col)
+    opens = text.str.count_matches(r"[\[{]").fill_null(0).to_numpy()
+    commas = text.str.count_matches(",", literal=True).fill_null(0).to_numpy()
+    out: list[str | None] = [None] * lines.height
+    suspects = np.flatnonzero((opens > depth_limit) | (commas >= values_limit))
     if suspects.size:
-        texts = lines.get_column(col).gather(suspects).to_list()
-        for i, text in zip(suspects, texts, strict=True):
-            out[i] = max_depth(text.encode("utf-8")) > limit
-    return pl.Series("too_deep", out)
+        for i, t in zip(suspects, text.gather(suspects).to_list(), strict=True):
+            buf = np.frombuffer(t.encode("utf-8"), dtype=np.uint8)
+            st = structure(buf)
+            if st.depth.size and int(st.depth.max()) > depth_limit:
+                out[i] = REASON_TOO_DEEP.format(depth_limit)
+            elif int(np.count_nonzero((buf == 44) & st.outside)) >= values_limit:
+                out[i] = REASON_TOO_MANY.format(values_limit)
+    return pl.Series("reason", out, dtype=pl.String)
+
+
+def too_deep(lines: pl.DataFrame, limit: int, col: str = "line") -> pl.Series:
+    """Per row of ``lines``: True when its JSON text nests deeper than ``limit``."""
+    return too_complex(lines, limit, 1 << 62, col) == REASON_TOO_DEEP.format(limit)
 
 
 def split_too_deep(lines: pl.DataFrame, limit: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``lines`` (``line_no, line``) split into those nested at most ``limit`` deep and the others
-    (``line_no, reason, line``), which the JSON functions must never see."""
-    deep = too_deep(lines, limit)
-    if not deep.any():
+    """``lines`` (``line_no, line``) split into those the JSON functions may parse and the others
+    (``line_no, reason, line``): nested deeper than ``limit``, or more values than
+    ``limits.max_json_values`` (a parser's memory grows with both)."""
+    reason = too_complex(lines, limit, limits.current().max_json_values)
+    if reason.null_count() == lines.height:
         return lines, pl.DataFrame(schema={"line_no": pl.Int64, "reason": pl.String, "line": pl.String})
-    bad = lines.filter(deep).select("line_no", reason=pl.lit(REASON_TOO_DEEP.format(limit)), line="line")
-    return lines.filter(~deep), bad
+    flagged = lines.with_columns(reason=reason)
+    bad = flagged.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "line")
+    return flagged.filter(pl.col("reason").is_null()).drop("reason"), bad

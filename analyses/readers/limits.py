@@ -9,18 +9,29 @@ memory whole.
 ========================  ===========  =======================================================
 limit                     default      what happens past it
 ========================  ===========  =======================================================
-``max_line_bytes``        64 MiB       a line / Kineto event / wandb record that long is
+``max_line_bytes``        16 MiB       a line / Kineto event / wandb record that long is
                                        rejected (``line_too_long``), streamed past unread
-``max_document_bytes``    64 MiB       a whole-document format (PolyTrace v1, Prometheus
+``max_document_bytes``    32 MiB       a whole-document format (PolyTrace v1, Prometheus
                                        JSON) that large is refused as a file
 ``max_json_depth``        127          a JSON record nested deeper is rejected
                                        (``json_too_deep``): DuckDB's JSON functions stop at
                                        128 levels, Python's ``json`` at ~1000
+``max_list_items``        65536        a PolyTrace record whose list (responses of a prompt,
+                                       turns, indices) is longer is rejected
+``max_json_values``       262144       a JSON-lines record with more values is rejected
+                                       (``json_too_large``) before any parser sees it (a
+                                       16 MiB array of 8M numbers took DuckDB 1.5 GB)
 ``gzip_max_ratio``        200          a gzip (or tar.gz) file that inflates beyond
 ``gzip_min_cap_bytes``    256 MiB      ``max(gzip_max_ratio x compressed size,
                                        gzip_min_cap_bytes)`` is refused (a gzip bomb); real
                                        logs and traces compress 5-30x
 ========================  ===========  =======================================================
+
+Why 16 MiB and not more: a line just under the limit is parsed whole, and the densest lines
+cost many times their size (a console step line of 16 MiB holds 1.7M ``key:value`` pairs and
+peaks at ~550 MB RSS; at 64 MiB the same line peaked at 1.6 GB). 16 MiB keeps every input of
+the fuzz corpus under 1 GB; real records are far smaller (a verl step line is 4-15 KB, a Kineto
+event a few hundred bytes).
 
 Each can be set with an environment variable of the same name in capitals, prefixed
 ``POLYTRACE_`` (``POLYTRACE_MAX_LINE_BYTES=1048576``), read when a file is read; tests use
@@ -39,9 +50,11 @@ MiB = 1 << 20
 
 @dataclass(frozen=True)
 class Limits:
-    max_line_bytes: int = 64 * MiB
-    max_document_bytes: int = 64 * MiB
+    max_line_bytes: int = 16 * MiB
+    max_document_bytes: int = 32 * MiB
     max_json_depth: int = 127
+    max_list_items: int = 1 << 16
+    max_json_values: int = 1 << 18
     gzip_max_ratio: int = 200
     gzip_min_cap_bytes: int = 256 * MiB
 

@@ -314,7 +314,7 @@ def _lenient_batches(
                 (no, REASON_TOO_LONG.format(n=n, limit=max_line) if n > max_line else REASON_NUL,
                  head.replace("\x00", "\ufffd"))
                 for no, n, head in bad.select(
-                    "line_no", pl.col("line").str.len_bytes(), pl.col("line").str.slice(0, RAW_MAX_CHARS)
+                    "line_no", pl.col("line").str.len_bytes().alias("n"), pl.col("line").str.slice(0, RAW_MAX_CHARS).alias("head")
                 ).iter_rows()
             ])
             df = df.filter(~refused)

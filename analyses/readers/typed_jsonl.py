@@ -124,6 +124,11 @@ def _field_reasons(f: Field) -> list[pl.Expr]:
         return out
     is_list = t.str.starts_with("[")
     out.append(pl.when(present & ~is_list).then(pl.format(f"wrong type for {f.key}: {{}}", t)))
+    # one record's list becomes that many rows: past the limit it is no real record (a prompt
+    # sampled 8M times), and exploding it would cost gigabytes
+    max_items = limits.current().max_list_items
+    out.append(pl.when(present & (v.list.len() > max_items))
+               .then(pl.format(f"list too long: {f.key} has {{}} items, over the limit of {max_items}", v.list.len())))
     if f.kind == "int_list":
         out.append(pl.when(present & is_list & ~t.is_in(_INT_LISTS)).then(pl.lit(f"non-integer element in {f.key}")))
         out.append(pl.when(present & v.list.eval(pl.element().is_null().any()).list.first())

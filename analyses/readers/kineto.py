@@ -228,7 +228,7 @@ class _Split:
                                     _ndjson(arr[begin:stop], st, begin, start_depth)))
             self.carry = bytearray()
             n = _count_records(block)
-            out.append((self.n_events + 1, block.tobytes()))
+            out.append((self.n_events + 1, self._drop_long(block, self.n_events + 1)))
             self.n_events += n
             begin = stop
         if end_of_array < 0:
@@ -237,6 +237,24 @@ class _Split:
                 self.oversized = [self.n_events + 1, len(self.carry), bytes(self.carry[:2000])]
                 self.carry = bytearray()
         return out + self._after(end_of_array, data)
+
+    def _drop_long(self, block: np.ndarray, first_no: int) -> bytes:
+        """``block`` without its events longer than the limit (rejected; rare path)."""
+        nl = np.flatnonzero(block == 10)
+        lens = np.diff(np.concatenate(([-1], nl, [block.size]))) - 1
+        if not (lens > self.max_event).any():
+            return block.tobytes()
+        kept, no = [], first_no
+        for line in block.tobytes().split(b"\n"):
+            if not line.strip():
+                continue
+            if len(line) > self.max_event:
+                self.refused.append((no, f"line_too_long: event of {len(line)} bytes, over the {self.max_event}-byte "
+                                     "limit; not read", line[:500].decode("utf-8", "replace")))
+            else:
+                kept.append(line)
+            no += 1
+        return b"\n".join(kept)
 
     def _after(self, end_of_array: int, data: bytes) -> list[tuple[int, bytes]]:
         if end_of_array >= 0:

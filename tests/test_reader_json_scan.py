@@ -55,3 +55,14 @@ def test_too_deep_counts_levels_outside_strings_only() -> None:
         '{"x": 1}',
     ]})
     assert too_deep(lines, 127).to_list() == [False, True, False, False]
+
+
+def test_too_complex_counts_values_outside_strings() -> None:
+    from analyses.readers.json_scan import REASON_TOO_MANY, too_complex
+
+    lines = pl.DataFrame({"line": [
+        '{"output": [' + ",".join(["1"] * 10) + "]}",  # 10 values in the list: at the limit
+        '{"output": [' + ",".join(["1"] * 11) + "]}",  # 11: over
+        '{"text": "' + "," * 50 + '"}',  # commas inside a string are no values
+    ]})
+    assert too_complex(lines, 127, 10).to_list() == [None, REASON_TOO_MANY.format(10), None]

@@ -20,7 +20,7 @@ from analyses.readers import limits
 _Q, _BS, _LB, _RB = 34, 92, 123, 125
 
 REASON_TOO_DEEP = "json_too_deep: nested deeper than {} levels"
-REASON_TOO_MANY = "json_too_large: {} values or more in one record"
+REASON_TOO_MANY = "json_too_large: more than {} values in one record"
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def too_complex(lines: pl.DataFrame, depth_limit: int, values_limit: int, col: s
 
 def too_deep(lines: pl.DataFrame, limit: int, col: str = "line") -> pl.Series:
     """Per row of ``lines``: True when its JSON text nests deeper than ``limit``."""
-    return too_complex(lines, limit, 1 << 62, col) == REASON_TOO_DEEP.format(limit)
+    return (too_complex(lines, limit, 1 << 62, col) == REASON_TOO_DEEP.format(limit)).fill_null(False)
 
 
 def split_too_deep(lines: pl.DataFrame, limit: int) -> tuple[pl.DataFrame, pl.DataFrame]:

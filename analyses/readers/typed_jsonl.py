@@ -17,11 +17,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
 from analyses.readers import limits
 from analyses.readers.base import Chunk, rejects_frame
+from analyses.readers.flat_metrics import drop_thread_connection, thread_connection
 from analyses.readers.json_scan import max_depth, split_too_deep
 from analyses.readers.lines import iter_line_batches
 
@@ -198,13 +198,14 @@ def decode_frame(lines: pl.DataFrame, fields: Sequence[Field], sql: str | None =
     # a UTF-8 byte-order mark (Windows editors) would make the first record invalid JSON
     src = lines.filter(~blank).select(pl.col("line_no").cast(pl.Int64), pl.col("line").str.strip_prefix("\ufeff"))
     src, deep = split_too_deep(src, limits.current().max_json_depth)
-    con = duckdb.connect()
+    con = thread_connection()
     try:
-        con.execute("SET threads=2")
         con.register("src", src)
         out = con.sql(sql or build_sql(fields)).pl()
-    finally:
-        con.close()
+        con.unregister("src")
+    except BaseException:  # a failed query may leave the connection unusable: start afresh next time
+        drop_thread_connection()
+        raise
     out = out.sort("line_no").with_columns(reason=reason_expr(fields))
     good = out.filter(pl.col("reason").is_null())
     values = good.select("line_no", "line", pl.col("_v").struct.unnest())

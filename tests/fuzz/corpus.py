@@ -65,6 +65,15 @@ def seeds() -> tuple[Seed, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=1)
+def seed_kinds() -> tuple[tuple[Seed, ...], ...]:
+    """The seeds grouped by their name without digits (``packed_lengths_step_N.jsonl``)."""
+    groups: dict[str, list[Seed]] = {}
+    for s in seeds():
+        groups.setdefault(re.sub(r"\d+", "N", s.name), []).append(s)
+    return tuple(tuple(g) for _, g in sorted(groups.items()))
+
+
 # ------------------------------------------------------------------------------- mutations
 
 
@@ -256,7 +265,7 @@ def make_input(master: int, batch: int, index: int, limit: int) -> Input:
     if kind < 0.035:
         name, data = _gzip_bomb(r)
         return Input(name, data, ["gzip_bomb", name])
-    s = r.choice(seeds())
+    s = r.choice(r.choice(seed_kinds()))  # a kind first: 40 step files of one format weigh as one
     data = _window(r, s)
     how = [s.name]
     for _i in range(r.choice([0, 1, 1, 1, 2, 2, 3])):

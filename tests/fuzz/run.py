@@ -151,6 +151,8 @@ def fuzz(
         if job is not None:
             name = f"{master}:{job['batch']}:{w.current}"
             summary.findings.append({"kind": kind, "input": name, "detail": detail, "how": []})
+            if progress:
+                print(f"[fuzz] {kind} {name}: {detail}", flush=True)
             if w.current is not None:
                 queue.appendleft(dict(job, exclude=[*job["exclude"], w.current]))
         if queue:
@@ -179,7 +181,12 @@ def fuzz(
                     if ev["ev"] == "start":
                         w.current, w.started = ev["i"], time.monotonic()
                     elif ev["ev"] == "batch":
+                        seen = len(summary.findings)
                         _record(summary, master, ev, max_rss_mib)
+                        if progress:
+                            for f in summary.findings[seen:]:
+                                print(f"[fuzz] {f['kind']} {f['input']} {' '.join(f['how'])}: {f['detail'][:300]}",
+                                      flush=True)
                         w.batches += 1
                         if w.batches % 100 == 0:  # a fresh process now and then: no creeping state
                             sel.unregister(w.proc.stdout)

@@ -27,8 +27,9 @@ materializing the others; each :class:`LineBatch` still says how many physical l
 so the reader can count the dropped ones as skipped.
 
 Two paths give identical batches. Plain files that are valid UTF-8, hold no NUL byte and no line
-over the limit (found by one byte-level pre-pass, numpy over blocks) go through Polars' native
-line scanner (``pl.scan_lines`` + ``collect_batches``: parallel, memory bounded by a batch).
+over 1 MiB (found by one byte-level pre-pass, numpy over blocks) go through Polars' native line
+scanner (``pl.scan_lines`` + ``collect_batches``: parallel, memory bounded by a batch, whose
+line count is cut so that it holds at most ``batch_bytes`` even if every line were the longest).
 Every other file (gzip, a tar member, invalid UTF-8, NUL bytes, an over-long line) goes through
 a block reader (byte blocks cut after the last newline, undecodable bytes replaced, split by
 ``scan_lines`` over the bytes). There is no Python loop per line on either path.
@@ -55,6 +56,10 @@ from analyses.schema import RAW_MAX_CHARS
 
 DEFAULT_BATCH_LINES = 200_000
 DEFAULT_BLOCK_BYTES = 32 * 1024 * 1024
+# a batch holds at most this much text, whatever its line count: readers multiply a batch's size
+# (splits, regex captures, exploded pairs), so lines of 200 KB in a 200k-line batch would be 40 GB
+DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
+_FAST_MAX_LINE = 1 << 20  # longer lines go through the block reader, which bounds batches by bytes
 _TEXT_CHECK_BYTES = 64 * 1024
 _MAX_BAD_FRACTION = 0.10  # share of NUL/control/undecodable characters above which a file is "not text"
 _TEXT_CONTROLS = "\t\n\r\x0b\x0c\x08\x1b"  # control characters real logs hold (ANSI escapes, tabs, ...)
@@ -115,8 +120,10 @@ def iter_line_batches(
     batch_lines: int = DEFAULT_BATCH_LINES,
     contains: str | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> Iterator[LineBatch]:
-    """Every line of ``path`` exactly once, in order, as :class:`LineBatch` es.
+    """Every line of ``path`` exactly once, in order, as :class:`LineBatch` es of at most
+    ``batch_lines`` lines and (but for one line longer than that) about ``batch_bytes`` of text.
 
     ``sum(b.n_lines) + refused lines == count_lines(path)``; with ``contains``, ``lines`` holds
     only the lines containing that literal.
@@ -125,16 +132,18 @@ def iter_line_batches(
     _check_text(_head_bytes(path), path)
     lim = limits.current()
     scan = None if is_gzip(path) else _scan_plain(path, lim.max_line_bytes)
-    if scan is None or not scan.clean:
-        yield from _lenient_batches(path, _raw_blocks(path, block_bytes), contains, lim.max_line_bytes, batch_lines)
+    if scan is None or not scan.clean or scan.longest > _FAST_MAX_LINE:
+        blocks = _raw_blocks(path, min(block_bytes, batch_bytes))
+        yield from _lenient_batches(path, blocks, contains, lim.max_line_bytes, batch_lines)
         return
     lf = pl.scan_lines(path, name="line", row_index_name="line_no", row_index_offset=1)
     lf = lf.select(pl.col("line_no").cast(pl.Int64), "line")
     if contains is not None:
         lf = lf.filter(pl.col("line").str.contains(contains, literal=True))
     done = 0  # lines already covered by yielded batches
+    rows = max(1, min(batch_lines, batch_bytes // max(scan.longest, 1)))
     try:
-        for df in lf.collect_batches(chunk_size=batch_lines):
+        for df in lf.collect_batches(chunk_size=rows):
             if df.height:
                 last = int(df["line_no"][-1])
                 yield LineBatch(df, last - done)

@@ -25,6 +25,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 REAL_LOGS = Path(os.environ.get("POLYTRACE_REAL_LOGS", REPO.parent / "shared" / "real_logs"))
 _NOT_INPUTS = {"run.toml", "tokenizer.json", "README.md", "make_fixtures.py", "PROVENANCE.md"}
 WINDOW_MAX = 64 * 1024  # most inputs are a window of a large seed: many inputs per minute
+REPEAT_MAX_BYTES = 4 << 20  # a repeated line adds at most this much (more only makes inputs slow)
 
 NON_FINITE = [b"NaN", b"Infinity", b"-Infinity", b"nan", b"inf", b"-inf", b"1e300", b"-1e300", b"1e309",
               b"99999999999999999999999", b"-0", b"1e-320", b"0x1F", b"1_000"]
@@ -184,7 +185,8 @@ def _shuffle_lines(r: random.Random, d: bytes, _: int) -> bytes:
 def _repeat_line(r: random.Random, d: bytes, _: int) -> bytes:
     lines = _lines(d)
     i = r.randrange(len(lines))
-    lines[i : i + 1] = [lines[i]] * r.randint(2, 2000)
+    times = min(r.randint(2, 2000), max(2, REPEAT_MAX_BYTES // (len(lines[i]) + 1)))
+    lines[i : i + 1] = [lines[i]] * times
     return b"\n".join(lines)
 
 

@@ -6,6 +6,7 @@ point), read through the real ingest or the reader path the ingest uses."""
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
 import polars as pl
@@ -247,3 +248,28 @@ def test_keyboard_interrupt_still_stops_the_ingest(tmp_path: Path, warehouse: Pa
     monkeypatch.setattr(VerlConsoleReader, "read", read)
     with pytest.raises(KeyboardInterrupt):
         ingest_run(_one_file_run(tmp_path, "a.log", b"step:1 - a:1\n"), warehouse)
+
+
+def test_corrupt_tar_gz_member_fails_the_file_as_unreadable(tmp_path: Path, warehouse: Path) -> None:
+    import io
+    import tarfile
+
+    rows = "".join(f"{i % 100}.0,{1662858720 + 57 * (i // 50)}.0,pod{i % 50:03d}\n" for i in range(200_000))
+    body = ("value,timestamp_anon,container_ip\n" + rows).encode()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        info = tarfile.TarInfo("pod_gpu_duty_cycle_anon.csv")
+        info.size = len(body)
+        tf.addfile(info, io.BytesIO(body))
+    good = buf.getvalue()
+    for at in range(len(good) // 2, len(good)):  # the first corruption deflate itself detects
+        data = bytearray(good)
+        data[at : at + 16] = b"\xff" * 16
+        try:
+            zlib.decompressobj(31).decompress(bytes(data))
+        except zlib.error as exc:
+            if "check" not in str(exc):  # not a CRC error at the end: the stream breaks mid-member
+                break
+    rep = ingest_run(_one_file_run(tmp_path, "pod_gpu_duty_cycle_anon.tar.gz", bytes(data)), warehouse)
+    f = rep.files[0]
+    assert f.status == "error" and f.error.startswith("UnreadableFile"), f.error

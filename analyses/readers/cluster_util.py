@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tarfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -189,7 +190,7 @@ def iter_sources(
                     yield member.name, None, n
                     continue
                 yield member.name, stream_line_frames(fh, member.name, consumed, chunk_lines), 0
-    except (tarfile.TarError, EOFError, OSError) as exc:
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise UnreadableFile(f"broken archive: {exc}") from exc
 
 

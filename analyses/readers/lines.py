@@ -160,7 +160,7 @@ def stream_line_frames(
     """The lines of an open binary stream (a tar member) as :func:`line_frames` gives those of a
     file (same rules: invalid UTF-8 replaced, over-long and NUL lines refused), numbered on from
     ``numbered[0]`` (the last number already used), which is advanced past every line."""
-    blocks = iter(lambda: fh.read(DEFAULT_BLOCK_BYTES), b"")
+    blocks = _stream_blocks(fh, name, DEFAULT_BATCH_BYTES)
     max_line = limits.current().max_line_bytes
     for batch in _lenient_batches(Path(name), blocks, None, max_line, batch_lines, numbered):
         if batch.lines.height:
@@ -255,6 +255,14 @@ def _head_bytes(path: Path) -> bytes:
 def _check_text(head: bytes, path: Path) -> None:
     if looks_binary(head):
         raise UnreadableFile(f"{path.name}: not a text file (mostly NUL, control or invalid UTF-8 bytes)")
+
+
+def _stream_blocks(fh: IO[bytes], name: str, block_bytes: int) -> Iterator[bytes]:
+    try:
+        while data := fh.read(block_bytes):
+            yield data
+    except (OSError, EOFError, zlib.error) as exc:  # a corrupt archive member
+        raise UnreadableFile(f"{name}: {type(exc).__name__}: {exc}") from exc
 
 
 def _raw_blocks(path: Path, block_bytes: int) -> Iterator[bytes]:

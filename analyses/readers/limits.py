@@ -93,7 +93,3 @@ def override(**values: int) -> Iterator[Limits]:
         yield _override
     finally:
         _override = before
-
-
-class TooLarge(Exception):
-    """An input exceeded a limit; the message says which."""

@@ -273,3 +273,20 @@ def test_corrupt_tar_gz_member_fails_the_file_as_unreadable(tmp_path: Path, ware
     rep = ingest_run(_one_file_run(tmp_path, "pod_gpu_duty_cycle_anon.tar.gz", bytes(data)), warehouse)
     f = rep.files[0]
     assert f.status == "error" and f.error.startswith("UnreadableFile"), f.error
+
+
+def test_integers_past_int64_are_rejected_values(tmp_path: Path) -> None:
+    # found by the fuzz: a rank or a v1 step key of 99999999999999999999999 failed the whole file
+    v1 = tmp_path / "v1.json"
+    v1.write_text('{"1": {"input": [3], "output": [4]}, "99999999999999999999999": {"input": [1], "output": [2]}}')
+    name, acc, rejects, _ = _read(v1)
+    assert (name, acc["rows_ok"], acc["rows_rejected"]) == ("polytrace_v1", 1, 1)
+    assert "out of range" in rejects["reason"][0]
+    trace = tmp_path / "trace_rank-3.json"
+    trace.write_text('{"schemaVersion": 1, "distributedInfo": {"rank": 99999999999999999999999}, "traceEvents": ['
+                     '{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"stream": 7, "correlation": 1}}]}')
+    name, acc, _, _ = _read(trace)
+    assert name == "kineto_trace" and acc["rows_ok"] == 1
+    from analyses.readers.kineto import rank_of
+
+    assert rank_of({"distributedInfo": {"rank": 10**23}}, trace) == 3  # from the file name instead

@@ -429,13 +429,17 @@ def load_rank_events(path: Path, chunk_bytes: int = CHUNK_BYTES, rounding: str =
     )
 
 
+_MAX_RANK = 2**31 - 1  # a rank past this is a corrupt value, not a rank
+
+
 def rank_of(meta: dict, path: Path) -> int | None:
-    """Rank from ``distributedInfo.rank``, else from the file name."""
+    """Rank from ``distributedInfo.rank``, else from the file name (a non-negative Int32 only)."""
     info = meta.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return int(info["rank"])
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank <= _MAX_RANK:
+        return rank
     m = _RANK_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) <= _MAX_RANK else None
 
 
 class KinetoTraceReader:

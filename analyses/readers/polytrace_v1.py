@@ -188,6 +188,8 @@ class PolyTraceV1Reader:
             seen.add(key)
             if not re.fullmatch(r"\d+", key):
                 raise BadStep(f"step key {key!r} is not a non-negative integer")
+            if int(key) >= 2**63:
+                raise BadStep(f"step key {key[:40]!r} is out of range")
             if isinstance(entry, dict):
                 frames = _flat(int(key), entry, limit)
             elif isinstance(entry, list):

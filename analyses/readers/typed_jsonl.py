@@ -255,7 +255,7 @@ class FileKeys:
 def step_from_name(path: Path, pattern: str) -> int | None:
     """The step number a file name states (``pattern`` has one group), or None."""
     m = re.search(pattern, path.name)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) < 2**63 else None  # past Int64: no step
 
 
 def first_json_objects(head: str, n: int = 5) -> list[dict]:

@@ -250,8 +250,9 @@ def _segment_rows(
     if metric_names:
         long = (
             good.select("gpu", "ts", *metric_names)
-            .rename(metric_names)
             .unpivot(index=["gpu", "ts"], variable_name="metric", value_name="value")
+            # mapped after the unpivot: a header naming one column twice must not collide
+            .with_columns(pl.col("metric").replace_strict(metric_names, return_dtype=pl.String))
             .filter(pl.col("value").is_not_null())
             .with_columns(host=pl.lit(host), source=pl.lit(source))
         )

@@ -25,3 +25,34 @@ def test_fuzz_fixed_seed_finds_nothing() -> None:
     assert s.inputs == INPUTS, s.text()
     assert s.findings == [], s.text()
     assert s.peak_rss_kb > 0  # the measure itself worked
+
+
+# inputs the long run (make fuzz, seed 0) found, each fixed since: (batch, index)
+FOUND = [(11, 28), (276, 44), (300, 4), (344, 3), (396, 28), (417, 40), (556, 23), (563, 21), (881, 35),
+         (1010, 21), (1111, 17), (1111, 48), (1135, 22)]
+
+
+def test_fuzz_findings_stay_fixed(tmp_path) -> None:
+    from pathlib import Path
+
+    from analyses.ingest import ingest_run
+    from analyses.readers import limits
+    from tests.fuzz.corpus import make_input
+    from tests.fuzz.run import FUZZ_LIMITS
+    from tests.fuzz.worker import EXPECTED_ERRORS
+
+    if not REAL_LOGS.is_dir():
+        from _ci import skip_or_fail
+
+        skip_or_fail(f"real logs not found at {REAL_LOGS}: the findings' inputs derive from them")
+    run = Path(tmp_path) / "run"
+    for b, i in FOUND:
+        inp = make_input(0, b, i, FUZZ_LIMITS["max_line_bytes"])
+        (run / f"{b}-{i}").mkdir(parents=True)
+        (run / f"{b}-{i}" / inp.name).write_bytes(inp.data)
+    with limits.override(**FUZZ_LIMITS):
+        rep = ingest_run(run, Path(tmp_path) / "wh", refresh=False)
+    assert len(rep.files) == len(FOUND)
+    for f in rep.files:
+        assert f.rows_ok + f.rows_rejected + f.rows_skipped == f.lines, f.path
+        assert f.status != "error" or (f.error or "").startswith(EXPECTED_ERRORS), (f.path, f.error)

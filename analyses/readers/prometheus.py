@@ -147,6 +147,10 @@ class _Normalizer:
     def normalize(self, s: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
         """``s``: line_no, line, name, label columns, value (float), ts. Returns samples,
         rejects (line_no, line, reason) and how many lines were skipped by rule."""
+        # one chunk per column first: Polars 2.1 panics ("assertion failed: i < self.len()") in
+        # the label expressions below on some multi-chunk frames (found by the fuzz: lines
+        # near the line limit among samples); a rechunk costs one copy of the batch
+        s = s.rechunk()
         for lab in LABELS:
             if lab not in s.columns:
                 s = s.with_columns(pl.lit(None, dtype=pl.String).alias(lab))

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export POLARS_MAX_THREADS ?= 2
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install test demo ui bench lint clean lock
+.PHONY: install test demo ui bench lint clean lock fuzz
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"Python 3.11 needed, found {sys.version}"'
@@ -45,3 +45,9 @@ lock: $(STAMP)
 
 clean:
 	rm -rf $(VENV) warehouse/parquet warehouse/*.duckdb .dagster_home
+
+# Long fuzz run of every reader through the real ingest (tests/fuzz): 100k mutated real inputs
+# over 2 processes; prints crashes, hangs, peak RSS and accounting violations (exit 1 on any).
+FUZZ_ARGS ?= --inputs 100000 --procs 2
+fuzz: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) -m tests.fuzz.run $(FUZZ_ARGS)

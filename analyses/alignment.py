@@ -23,6 +23,10 @@ How a step gets its window (``step_windows.method``), first rule that applies:
 When some steps have a ``ts`` and others do not, only the former get windows: mixing the two
 methods would put windows from different clocks side by side.
 
+A step or stage time that cannot be a duration (NaN, infinite, negative, over a year: a corrupt
+value such as ``timing_s/step:inf`` or ``1e300``) is treated as not logged: it never makes a
+window, and never fails the run.
+
 ``rollout_end_ts = start_ts + gen_time_s`` (capped at ``end_ts``) where the stage time is known:
 verl generates first in a step, so ``[start_ts, rollout_end_ts)`` is the rollout stage.
 """
@@ -41,9 +45,19 @@ UTIL_METRIC = "gpu_util_pct"
 IDLE_THRESHOLD_PCT = 5.0
 
 
+# a stage or step time outside [0, MAX_SECONDS] (NaN, inf, negative, 1e300: a corrupt or misread
+# value) is no time: it is treated as unknown, as if the metric had not been logged
+MAX_SECONDS = 365 * 24 * 3600.0
+
+
+def _valid_secs(x: pl.Expr) -> pl.Expr:
+    """``x`` where it can be a duration in seconds, else null."""
+    return pl.when(x.is_finite() & (x >= 0) & (x <= MAX_SECONDS)).then(x)
+
+
 def _secs(x: pl.Expr) -> pl.Expr:
-    """Float seconds -> Duration (microsecond precision)."""
-    return pl.duration(microseconds=(x * 1e6).round(0).cast(pl.Int64))
+    """Float seconds -> Duration (microsecond precision); null where ``x`` is no valid duration."""
+    return pl.duration(microseconds=(_valid_secs(x) * 1e6).round(0).cast(pl.Int64))
 
 
 def derive_step_windows(steps: pl.DataFrame, manifest: RunManifest | None) -> pl.DataFrame:
@@ -65,6 +79,7 @@ def derive_step_windows(steps: pl.DataFrame, manifest: RunManifest | None) -> pl
         .filter(pl.col("step").is_not_null())
         .unique("step", keep="last")
         .sort("step")
+        .with_columns(_valid_secs(pl.col("step_time_s")), _valid_secs(pl.col("gen_time_s")))
     )
     started = manifest.started_at if manifest is not None else None
     if s["ts"].is_not_null().any():

@@ -22,8 +22,9 @@ import polars as pl
 from analyses.alignment import derive_step_windows
 from analyses.catalog import refresh_catalog
 from analyses.manifest import MANIFEST_NAME, RunManifest, load_manifest, run_id_from_name, validate_run_id
-from analyses.readers import detect, reader_by_name
+from analyses.readers import detect, read_file, reader_by_name
 from analyses.readers.base import FileContext, UnreadableFile, read_head
+from analyses.readers.lines import looks_binary
 from analyses.schema import RUNS, SOURCE_FILES, STEP_METRICS
 from analyses.steps import derive_steps
 from analyses.table_checks import blocking_problems
@@ -138,7 +139,7 @@ def _sha256(path: Path) -> str:
 def _looks_binary(path: Path) -> bool:
     with open(path, "rb") as fh:
         head = fh.read(BINARY_SNIFF)
-    return b"\x00" in head and not head.startswith(b"\x1f\x8b")
+    return not head.startswith(b"\x1f\x8b") and looks_binary(head)
 
 
 def resolve_run_id(run_path: Path, manifest: RunManifest, run_id: str | None) -> str:
@@ -221,27 +222,27 @@ def _ingest_file(
     idx: int, path: Path, rel: str, run_id: str, manifest: RunManifest, staging: RunStaging, emit: ProgressFn
 ) -> FileReport:
     t0 = time.perf_counter()
-    size = path.stat().st_size
-    fr = FileReport(path=rel, format="unknown", bytes=size, sha256=_sha256(path))
-    emit("file_start", {"path": rel, "bytes": size})
+    fr = FileReport(path=rel, format="unknown", bytes=0)
+    emit("file_start", {"path": rel, "bytes": _size(path)})
     prefix = f"f{idx:05d}"
-    if size == 0:
-        fr.status, fr.error = "empty", "file is empty"
-        return _done(fr, t0, emit)
+    # one guard for everything done with this file (stat, hash, sniff, read, stage): whatever
+    # goes wrong (a reader bug, RecursionError, MemoryError, a polars PanicException, which is a
+    # BaseException) fails this file alone; an interrupt or exit still stops the ingest
     try:
+        fr.bytes = path.stat().st_size
+        fr.sha256 = _sha256(path)
+        if fr.bytes == 0:
+            fr.status, fr.error = "empty", "file is empty"
+            return _done(fr, t0, emit)
         head = read_head(path)
-    except UnreadableFile as exc:
-        fr.status, fr.error = "error", str(exc)
-        return _done(fr, t0, emit)
-    reader = detect(path, head)
-    if reader is None:
-        fr.status = "unsupported"
-        fr.error = "binary file that no reader recognizes" if _looks_binary(path) else "no reader recognizes this file"
-        return _done(fr, t0, emit)
-    fr.format = reader.name
-    ctx = FileContext(run_id=run_id, path=path, rel_path=rel, manifest=manifest)
-    try:
-        for chunk in reader.read(ctx):
+        reader = detect(path, head)
+        if reader is None:
+            fr.status = "unsupported"
+            fr.error = "binary file that no reader recognizes" if _looks_binary(path) else "no reader recognizes this file"
+            return _done(fr, t0, emit)
+        fr.format = reader.name
+        ctx = FileContext(run_id=run_id, path=path, rel_path=rel, manifest=manifest)
+        for chunk in read_file(reader, ctx):
             fr.lines += chunk.lines
             fr.rows_ok += chunk.rows_ok
             fr.rows_rejected += chunk.rows_rejected
@@ -253,19 +254,37 @@ def _ingest_file(
             if chunk.rejects is not None and chunk.rejects.height:
                 staging.add("rejects", chunk.rejects.with_columns(path=pl.lit(rel)), prefix)
             emit("file_progress", {"path": rel, "lines": fr.lines, "rows": fr.rows_out})
-    except (UnreadableFile, UnicodeDecodeError, EOFError, OSError, ValueError, pl.exceptions.PolarsError) as exc:
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
         _discard(staging, prefix)
-        fr.status, fr.error = "error", f"{type(exc).__name__}: {exc}"
-        fr.rows_out = 0
-        return _done(fr, t0, emit)
-    except Exception as exc:  # a reader bug must not sink the other files of the run
-        _discard(staging, prefix)
-        fr.status = "error"
-        fr.error = f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=3).splitlines()[-2].strip()}"
-        fr.rows_out = 0
+        fr.status, fr.error, fr.rows_out = "error", _describe(exc), 0
         return _done(fr, t0, emit)
     fr.status = "partial" if fr.rows_rejected else "ok"
     return _done(fr, t0, emit)
+
+
+_ERROR_MAX_CHARS = 500
+_EXPECTED = (UnreadableFile, UnicodeDecodeError, EOFError, OSError, pl.exceptions.PolarsError)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for ``source_files.error``: the exception, and where it was raised when it is
+    not one of the expected input errors (a reader bug must be findable)."""
+    msg = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    if not isinstance(exc, _EXPECTED):
+        frames = traceback.extract_tb(exc.__traceback__)
+        if frames:
+            f = frames[-1]
+            msg += f" | {Path(f.filename).name}:{f.lineno} in {f.name}"
+    return msg if len(msg) <= _ERROR_MAX_CHARS else msg[: _ERROR_MAX_CHARS - 3] + "..."
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 _PATH_TABLES = {"step_metrics", "samples", "filter_batches"}

@@ -214,3 +214,19 @@ def test_invalid_utf8_byte_rejects_its_line_not_the_file(tmp_path):
     assert t == {"lines": 3, "rows_ok": 1, "rows_rejected": 1, "rows_skipped": 1}
     assert r["line_no"].to_list() == [3] and r["reason"][0].startswith("unknown unit")
     assert s["value"].to_list() == [5.0]
+
+
+def test_dmon_header_naming_a_column_twice_does_not_fail_the_file(tmp_path) -> None:
+    # found by the fuzz: a spliced dmon header repeated a column name and the file failed whole
+    from analyses.readers import read_file
+    from analyses.readers.base import FileContext
+    from analyses.readers.nvidia_smi import NvidiaSmiDmonReader
+
+    path = tmp_path / "dmon.txt"
+    path.write_text("# gpu   pwr  xx  xx\n# Idx     W   a   a\n    0    50   1   2\n    0    51   3   4\n")
+    from analyses.manifest import load_manifest
+
+    chunks = list(read_file(NvidiaSmiDmonReader(), FileContext("r", path, "dmon.txt", load_manifest(tmp_path))))
+    assert sum(c.rows_ok for c in chunks) == 2
+    s = pl.concat([c.tables["gpu_samples"] for c in chunks])
+    assert sorted(s.filter(pl.col("metric") == "xx")["value"].to_list()) == [1.0, 2.0, 3.0, 4.0]

@@ -16,10 +16,14 @@ them (``late_sniff``: the low-priority console formats), in the same order; see
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
 from pathlib import Path
 
-from analyses.readers.base import Reader, read_head
+import polars as pl
+
+from analyses.readers.base import Chunk, FileContext, Reader, read_head, rejects_frame
 from analyses.readers.late_sniff import late_detect
+from analyses.readers.lines import collect_refused
 
 # module:class, most specific first
 READER_SPECS: tuple[str, ...] = (
@@ -77,3 +81,26 @@ def reader_by_name(name: str) -> Reader:
         if r.name == name:
             return r
     raise KeyError(name)
+
+
+def read_file(reader: Reader, ctx: FileContext) -> Iterator[Chunk]:
+    """``reader.read(ctx)``, plus the lines the line layer refused before the reader saw them
+    (longer than the line limit, NUL bytes: see :mod:`analyses.readers.lines`), added to the
+    chunks as rejected lines with their reasons. Every caller that accounts for a file's lines
+    reads it through here."""
+    with collect_refused() as refused:
+        for chunk in reader.read(ctx):
+            yield _with_refused(chunk, refused.drain())
+        rest = refused.drain()
+        if rest:
+            yield _with_refused(Chunk(), rest)
+
+
+def _with_refused(chunk: Chunk, rows: list[tuple[int, str, str]]) -> Chunk:
+    if not rows:
+        return chunk
+    rej = rejects_frame([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+    chunk.rejects = rej if chunk.rejects is None else pl.concat([chunk.rejects, rej], how="vertical_relaxed")
+    chunk.lines += len(rows)
+    chunk.rows_rejected += len(rows)
+    return chunk

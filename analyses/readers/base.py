@@ -90,9 +90,11 @@ class UnreadableFile(Exception):
 
 
 def rejects_frame(line_no: pl.Series | list[int], reason: pl.Series | list[str] | str, raw: pl.Series | list[str]) -> pl.DataFrame:
-    """Build a rejects frame, truncating ``raw`` to the contract's length."""
+    """Build a rejects frame, truncating ``raw`` to the contract's length (and a reason quoting
+    its input to the same)."""
     n = len(line_no)
     reasons = pl.Series("reason", [reason] * n, dtype=pl.String) if isinstance(reason, str) else pl.Series("reason", reason, dtype=pl.String)
+    reasons = reasons.str.slice(0, RAW_MAX_CHARS)
     return pl.DataFrame(
         {
             "line_no": pl.Series("line_no", line_no, dtype=pl.Int64),

@@ -33,11 +33,13 @@ from __future__ import annotations
 import hashlib
 import re
 import tarfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 import polars as pl
 
+from analyses.readers import limits
 from analyses.readers.base import (
     Chunk,
     FileContext,
@@ -46,7 +48,7 @@ from analyses.readers.base import (
     accounted_chunk,
     epoch_in_range,
 )
-from analyses.readers.lines import line_frames
+from analyses.readers.lines import line_frames, stream_line_frames
 from analyses.telemetry_units import (
     LINE_CHUNK,
     NA_MARKERS,
@@ -55,7 +57,6 @@ from analyses.telemetry_units import (
     manifest_timezone,
     parse_ts_any,
     stem_metric,
-    stream_line_batches,
     unit_factor,
 )
 
@@ -170,13 +171,21 @@ def iter_sources(
         yield path.name, line_frames(path, chunk_lines), 0
         return
     consumed = [0]  # lines of earlier members, so line numbers run on across the archive
+    cap = limits.current().gzip_cap(path.stat().st_size)
+    inflated = 0  # member bytes so far: a tar.gz bomb is refused before its members are read
     try:
         with tarfile.open(path, "r:*") as tf:
             for member in tf:
                 fh = tf.extractfile(member) if member.isfile() else None
                 if fh is None:
                     continue
-                first = fh.readline().decode("utf-8", errors="replace").rstrip("\r\n")
+                inflated += member.size
+                if inflated > cap:
+                    raise UnreadableFile(
+                        f"archive members hold over {cap} bytes ({limits.current().gzip_max_ratio}x the "
+                        "archive's size): refused as a possible archive bomb"
+                    )
+                first = fh.readline(1 << 16).decode("utf-8", errors="replace").rstrip("\r\n")
                 fh.seek(0)
                 if (
                     not member.name.lower().endswith((".csv", ".txt"))
@@ -187,17 +196,9 @@ def iter_sources(
                     consumed[0] += n
                     yield member.name, None, n
                     continue
-                yield member.name, _renumber(stream_line_batches(fh, chunk_lines), consumed), 0
-    except (tarfile.TarError, EOFError, OSError) as exc:
+                yield member.name, stream_line_frames(fh, member.name, consumed, chunk_lines), 0
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise UnreadableFile(f"broken archive: {exc}") from exc
-
-
-def _renumber(batches: Iterator[pl.DataFrame], consumed: list[int]) -> Iterator[pl.DataFrame]:
-    offset = consumed[0]
-    for b in batches:
-        b = b.with_columns(pl.col("line_no") + offset)
-        consumed[0] = int(b["line_no"][-1])
-        yield b
 
 
 # ------------------------------------------------------------------------------------ long

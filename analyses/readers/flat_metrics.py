@@ -23,12 +23,15 @@ and logged per file at INFO, not stored):
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 
 import duckdb
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext
+from analyses.readers import limits
+from analyses.readers.base import Chunk, FileContext, rejects_frame
+from analyses.readers.json_scan import split_too_deep
 from analyses.readers.lines import LineBatch, iter_line_batches
 from analyses.steps import canonical_metric, is_validation_metric
 
@@ -56,6 +59,27 @@ DUCKDB_THREADS = 2  # the readers run beside other work; a batch is small enough
 def connect() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB for one file's batches."""
     return duckdb.connect(config={"threads": DUCKDB_THREADS})
+
+
+_local = threading.local()
+
+
+def thread_connection() -> duckdb.DuckDBPyConnection:
+    """This thread's in-memory DuckDB, shared by the JSON readers (opening one costs more than
+    reading a small step file, and PolyTrace writes one file per step). Queries register their
+    frames under a name and unregister them after."""
+    con = getattr(_local, "con", None)
+    if con is None:
+        con = _local.con = connect()
+    return con
+
+
+def drop_thread_connection() -> None:
+    """After a failed query: the next file starts on a fresh connection."""
+    con = getattr(_local, "con", None)
+    _local.con = None
+    if con is not None:
+        con.close()
 
 
 # top level first (json_each is ~4x cheaper than json_tree): scalars are leaves as they are;
@@ -242,14 +266,23 @@ def read_jsonl(ctx: FileContext, reader: str, batch_lines: int, chunk: ChunkFn) 
     """The read loop of the JSON-lines metric readers: batches of ``batch_lines`` lines, each
     turned into a chunk by ``chunk(con, lines)`` on one DuckDB connection for the file, with
     the values that are not metrics counted and logged once per file."""
-    con = connect()
+    con = thread_connection()
     dropped: dict[str, int] = {}
     try:
         for batch in iter_line_batches(ctx.path, batch_lines=batch_lines):
-            out, counts = chunk(con, batch.lines)
+            # a record nested past DuckDB's JSON depth limit is rejected before any JSON function
+            # sees it (json_tree's memory also grows with depth squared)
+            body, deep = split_too_deep(batch.lines, limits.current().max_json_depth)
+            out, counts = chunk(con, body)
+            if deep.height:
+                rej = rejects_frame(deep["line_no"], deep["reason"], deep["line"])
+                out.rejects = rej if out.rejects is None else pl.concat([out.rejects, rej]).sort("line_no")
+                out.lines += deep.height
+                out.rows_rejected += deep.height
             count_unseen(out, batch)
             add_counts(dropped, counts)
             yield out
-    finally:
-        con.close()
+    except BaseException:
+        drop_thread_connection()
+        raise
     log_dropped(reader, ctx.rel_path, dropped)

@@ -42,12 +42,14 @@ import numpy as np
 import polars as pl
 
 from analyses.kineto_breakdown import assign_steps, has_sub_us, hta_round, kernel_kind, step_rows
+from analyses.readers import limits
 from analyses.readers.base import Chunk, FileContext, ReaderBase, UnreadableFile, rejects_frame
+from analyses.readers.json_scan import ScanState, Structure, structure
 
 READ_BYTES = 4 << 20  # compressed bytes per read
 FEED_BYTES = 64 << 10  # compressed bytes per decompress call: corrupt data loses only its slice
 CHUNK_BYTES = 16 << 20  # decompressed bytes per structural scan (~4x that in scratch)
-MAX_META_BYTES = 64 << 20  # cap on text kept outside traceEvents (head/tail metadata)
+MAX_META_BYTES = 8 << 20  # cap on text kept outside traceEvents (head/tail metadata: a few KB in real traces)
 
 _EVENT_SCHEMA = {
     "ph": pl.String,
@@ -63,7 +65,7 @@ _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _TRACE_EVENTS = b'"traceEvents"'
 _ARRAY_OPEN = re.compile(rb"\s*:\s*\[")
 
-_Q, _BS, _LB, _RB, _LS, _RS, _COMMA = 34, 92, 123, 125, 91, 93, 44
+_COMMA = 44
 
 
 def _decompressed_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[tuple[bytes, bool]]:
@@ -79,9 +81,17 @@ def _decompressed_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[tuple[
                 yield block, False
             return
         gz = _Gunzip(size)
+        cap, total = limits.current().gzip_cap(path.stat().st_size), 0
         while raw := fh.read(READ_BYTES):
             for at in range(0, len(raw), FEED_BYTES):
-                yield from ((out, False) for out in gz.feed(raw[at : at + FEED_BYTES]))
+                for out in gz.feed(raw[at : at + FEED_BYTES]):
+                    total += len(out)
+                    if total > cap:
+                        raise UnreadableFile(
+                            f"gzip inflates beyond {cap} bytes ({limits.current().gzip_max_ratio}x its compressed "
+                            "size): refused as a possible gzip bomb"
+                        )
+                    yield out, False
                 if gz.corrupt:
                     yield b"", True
                     return
@@ -118,125 +128,153 @@ class _Gunzip:
             self.corrupt = True
 
 
-@dataclass
-class _Structure:
-    """Structural characters of a buffer that starts outside any string at depth 0."""
-
-    outside: np.ndarray  # bool per byte: not inside a string literal
-    brackets: np.ndarray  # positions of {}[] outside strings
-    depth: np.ndarray  # bracket depth after each of those
-
-    def depth_before(self, pos: np.ndarray) -> np.ndarray:
-        """Bracket depth in effect at each position (after the last bracket before it)."""
-        i = np.searchsorted(self.brackets, pos) - 1
-        return np.where(i >= 0, self.depth[np.maximum(i, 0)], 0)
+def _ndjson(seg: np.ndarray, st: Structure, offset: int, start_depth: int) -> np.ndarray:
+    """``seg`` (bytes ``offset..`` of the scanned buffer) as NDJSON: the commas between events
+    (depth 0, outside strings) become line breaks; raw newlines, which cannot occur inside JSON
+    strings, are whitespace and become spaces."""
+    seg = seg.copy()
+    commas = np.flatnonzero((seg == _COMMA) & st.outside[offset : offset + seg.size])
+    seps = commas[st.depth_before(commas + offset, start_depth) == 0]
+    seg[(seg == 10) | (seg == 13)] = 32
+    seg[seps] = 10
+    return seg
 
 
-def _structure(buf: np.ndarray) -> _Structure:
-    """Vectorized stage 1 (as simdjson): unescaped quotes -> in-string mask -> bracket depth.
-    Dense work is a few byte-wide passes; depth is kept only at the brackets (sparse)."""
-    quote = buf == _Q
-    qpos = np.flatnonzero(quote)
-    if qpos.size:
-        # a quote preceded by an odd run of backslashes is escaped (sparse: only such quotes)
-        cand = qpos[qpos > 0]
-        cand = cand[buf[cand - 1] == _BS]
-        if cand.size:
-            bpos = np.flatnonzero(buf == _BS)
-            brk = np.flatnonzero(np.diff(bpos) != 1)
-            run_start = bpos[np.concatenate(([0], brk + 1))]
-            run_end = bpos[np.concatenate((brk, [bpos.size - 1]))]
-            i = np.searchsorted(run_end, cand - 1)
-            quote[cand[((cand - 1) - run_start[i] + 1) % 2 == 1]] = False
-        outside = np.bitwise_xor.accumulate(quote.view(np.uint8)) == 0
-        outside &= ~quote
-    else:
-        outside = np.ones(buf.size, dtype=bool)
-    # {=123 [=91 open, }=125 ]=93 close: (b | 0x20) maps [ ] to { } in one pass
-    folded = buf | 0x20
-    brackets = np.flatnonzero(((folded == _LB) | (folded == _RB)) & outside)
-    steps = np.where(folded[brackets] == _LB, 1, -1).astype(np.int32)
-    return _Structure(outside, brackets, np.cumsum(steps, dtype=np.int32))
+def _count_records(block: np.ndarray) -> int:
+    """Non-blank lines of an NDJSON block."""
+    ws = (block == 32) | (block == 9) | (block == 10) | (block == 13)
+    line_of = np.cumsum(block == 10)
+    return int(np.unique(line_of[~ws]).size)
 
 
 @dataclass
 class _Split:
-    """Streaming splitter state for one file."""
+    """Streaming splitter state for one file: the bytes of the trace go in chunk by chunk, each
+    byte is scanned once (the scan state is carried over), and NDJSON blocks of complete events
+    come out. An event longer than the line limit is passed without being held and rejected."""
 
+    max_event: int = field(default_factory=lambda: limits.current().max_line_bytes)
     head: bytearray = field(default_factory=bytearray)  # text before the "traceEvents" key
     _key_at: int = 0
     tail: bytearray = field(default_factory=bytearray)  # text after the array
-    carry: bytes = b""
+    carry: bytearray = field(default_factory=bytearray)  # NDJSON bytes of the event in progress
+    state: ScanState = field(default_factory=ScanState)  # depth 0: between events of the array
     phase: str = "head"  # head | events | tail
     n_events: int = 0
+    oversized: list | None = None  # [event_no, bytes so far, head] of an event being passed
+    refused: list[tuple[int, str, str]] = field(default_factory=list)
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """Consume decompressed bytes; return NDJSON blocks of complete events."""
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """Consume decompressed bytes; return (number of its first event, NDJSON block) pairs."""
         if self.phase == "tail":
             if len(self.tail) < MAX_META_BYTES:
-                self.tail += data
+                self.tail += data[: MAX_META_BYTES - len(self.tail)]
             return []
         if self.phase == "head":
             self.head += data
             pos = self._find_array_start()
             if pos is None:
                 if len(self.head) > MAX_META_BYTES:
-                    raise UnreadableFile("no traceEvents array in the first 64 MB: not a Kineto trace")
+                    raise UnreadableFile(
+                        f"no traceEvents array in the first {MAX_META_BYTES >> 20} MiB: not a Kineto trace"
+                    )
                 return []
-            rest = bytes(self.head[pos:])
+            data = bytes(self.head[pos:])
             del self.head[self._key_at :]
             self.phase = "events"
-            data = rest
-        return self._events(self.carry + data)
+        return self._events(data)
 
     def _find_array_start(self) -> int | None:
         buf = bytes(self.head)
-        start = 0
-        while (k := buf.find(_TRACE_EVENTS, start)) >= 0:
-            st = _structure(np.frombuffer(buf, dtype=np.uint8, count=k))  # only the prefix matters
+        keys = [m.start() for m in re.finditer(re.escape(_TRACE_EVENTS), buf)]
+        if not keys:
+            return None
+        st = structure(np.frombuffer(buf, dtype=np.uint8, count=keys[-1] + 1))  # one scan for every candidate
+        depth = st.depth_before(np.array(keys))
+        for k, d in zip(keys, depth, strict=True):
             # the key's opening quote is itself a quote, so test the byte before it
-            if k > 0 and st.depth_before(np.array([k]))[0] == 1 and st.outside[k - 1]:
+            if k > 0 and d == 1 and st.outside[k - 1]:
                 m = _ARRAY_OPEN.match(buf, k + len(_TRACE_EVENTS))
                 if m is not None:
                     self._key_at = k
                     return m.end()
                 if len(buf) - k < 256:  # the ':' and '[' may not have arrived yet
                     return None
-            start = k + 1
         return None
 
-    def _events(self, buf: bytes) -> list[bytes]:
-        if not buf:
+    def _events(self, data: bytes) -> list[tuple[int, bytes]]:
+        if not data:
             return []
-        arr = np.frombuffer(buf, dtype=np.uint8)
-        st = _structure(arr)
+        arr = np.frombuffer(data, dtype=np.uint8)
+        start_depth = self.state.depth
+        st = structure(arr, self.state)
+        self.state = st.end
         closed = st.brackets[st.depth < 0]
         end_of_array = int(closed[0]) if closed.size else -1
-        region = arr if end_of_array < 0 else arr[:end_of_array]
-        is_end = (st.depth == 0) & (st.brackets < region.size)  # a close bracket back at depth 0
-        ends = st.brackets[is_end]
+        region = arr.size if end_of_array < 0 else end_of_array
+        ends = st.brackets[(st.depth == 0) & (st.brackets < region)]  # a close bracket back at depth 0
+        begin = 0
+        if self.oversized is not None:
+            if not ends.size:  # still inside the over-long event
+                self.oversized[1] += region
+                return self._after(end_of_array, data)
+            self.oversized[1] += int(ends[0]) + 1
+            self._refuse_oversized()
+            begin, ends = int(ends[0]) + 1, ends[1:]
+        out: list[tuple[int, bytes]] = []
+        if ends.size:
+            stop = int(ends[-1]) + 1
+            block = np.concatenate((np.frombuffer(bytes(self.carry), dtype=np.uint8),
+                                    _ndjson(arr[begin:stop], st, begin, start_depth)))
+            self.carry = bytearray()
+            n = _count_records(block)
+            out.append((self.n_events + 1, self._drop_long(block, self.n_events + 1)))
+            self.n_events += n
+            begin = stop
+        if end_of_array < 0:
+            self.carry += _ndjson(arr[begin:region], st, begin, start_depth).tobytes()
+            if len(self.carry) > self.max_event:
+                self.oversized = [self.n_events + 1, len(self.carry), bytes(self.carry[:2000])]
+                self.carry = bytearray()
+        return out + self._after(end_of_array, data)
+
+    def _drop_long(self, block: np.ndarray, first_no: int) -> bytes:
+        """``block`` without its events longer than the limit (rejected; rare path)."""
+        nl = np.flatnonzero(block == 10)
+        lens = np.diff(np.concatenate(([-1], nl, [block.size]))) - 1
+        if not (lens > self.max_event).any():
+            return block.tobytes()
+        kept, no = [], first_no
+        for line in block.tobytes().split(b"\n"):
+            if not line.strip():
+                continue
+            if len(line) > self.max_event:
+                self.refused.append((no, f"line_too_long: event of {len(line)} bytes, over the {self.max_event}-byte "
+                                     "limit; not read", line[:500].decode("utf-8", "replace")))
+            else:
+                kept.append(line)
+            no += 1
+        return b"\n".join(kept)
+
+    def _after(self, end_of_array: int, data: bytes) -> list[tuple[int, bytes]]:
         if end_of_array >= 0:
             self.phase = "tail"
-            self.tail += buf[end_of_array + 1 :][:MAX_META_BYTES]
-            self.carry = b""
-        else:
-            cut = int(ends[-1]) + 1 if ends.size else 0
-            self.carry = buf[cut:]
-        if not ends.size:
-            return []
-        self.n_events += int(ends.size)
-        block = region[: int(ends[-1]) + 1].copy()
-        commas = np.flatnonzero((block == _COMMA) & st.outside[: block.size])
-        seps = commas[st.depth_before(commas) == 0]
-        # raw newlines cannot occur inside JSON strings, so they are whitespace: flatten them,
-        # then the separating commas become the NDJSON line breaks
-        block[(block == 10) | (block == 13)] = 32
-        block[seps] = 10
-        return [block.tobytes()]
+            self.tail += data[end_of_array + 1 :][:MAX_META_BYTES]
+            self.carry = bytearray()
+        return []
+
+    def _refuse_oversized(self) -> None:
+        no, n, head = self.oversized
+        self.refused.append((no, f"line_too_long: event of {n} bytes, over the {self.max_event}-byte limit; not read",
+                             head.lstrip(b" \t\r\n,")[:500].decode("utf-8", "replace")))
+        self.n_events += 1
+        self.oversized = None
 
     def partial(self) -> bytes:
         """What is left of a cut event (empty when the cut fell between events)."""
-        return self.carry.lstrip(b" \t\r\n,")
+        if self.oversized is not None:
+            return self.oversized[2].lstrip(b" \t\r\n,")
+        return bytes(self.carry).lstrip(b" \t\r\n,")
 
     def metadata(self) -> dict:
         """The trace's top-level fields except traceEvents (distributedInfo, deviceProperties, ...)."""
@@ -245,7 +283,7 @@ class _Split:
         for text in (head + '"traceEvents": []' + tail, head + '"traceEvents": []}'):
             try:
                 meta = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested past Python's limit
                 continue
             return meta if isinstance(meta, dict) else {}
         return {}
@@ -266,26 +304,43 @@ class RankEvents:
     bad_blocks: list[tuple[int, str, str]] = field(default_factory=list)  # (event_no, reason, raw)
 
 
+_PARSE_ERRORS = (pl.exceptions.PolarsError, pl.exceptions.PanicException)
+
+
+def _read_events(data: bytes) -> pl.DataFrame:
+    return pl.read_ndjson(io.BytesIO(data), schema=_EVENT_SCHEMA, ignore_errors=True)
+
+
 def _parse_block(block: bytes, first_event_no: int) -> tuple[pl.DataFrame, list[tuple[int, str, str]]]:
-    """Parse an NDJSON block of events; a syntactically broken event is rejected on its own."""
+    """Parse an NDJSON block of events; an event the parser refuses (broken JSON, NaN, invalid
+    UTF-8, nested too deep) is rejected on its own.
+
+    Rare path: when the block fails, it is bisected (halves parsed again) down to the bad
+    events, so k bad events among n cost O(k log n) parses, each by the same parser."""
     try:
-        return pl.read_ndjson(io.BytesIO(block), schema=_EVENT_SCHEMA, ignore_errors=True), []
-    except pl.exceptions.ComputeError:
+        return _read_events(block), []
+    except _PARSE_ERRORS:
         pass
-    # rare path (a malformed event inside an otherwise sound trace): find the bad lines
-    lines = block.split(b"\n")
-    good, bad = [], []
-    for i, line in enumerate(lines):
+    lines = [ln for ln in block.split(b"\n") if ln.strip()]
+    frames: list[pl.DataFrame] = []
+    bad: list[tuple[int, str, str]] = []
+
+    def bisect(lo: int, hi: int) -> None:
         try:
-            json.loads(line)
-            good.append(line)
-        except ValueError as exc:
-            bad.append((first_event_no + i, f"bad_event_json: {exc}", line[:500].decode("utf-8", "replace")))
-    df = (
-        pl.read_ndjson(io.BytesIO(b"\n".join(good)), schema=_EVENT_SCHEMA, ignore_errors=True)
-        if good
-        else pl.DataFrame(schema=_EVENT_SCHEMA)
-    )
+            frames.append(_read_events(b"\n".join(lines[lo:hi])))
+            return
+        except _PARSE_ERRORS as exc:
+            if hi - lo == 1:
+                why = str(exc).replace("\n", " ")[:200]
+                bad.append((first_event_no + lo, f"bad_event_json: {why}", lines[lo][:500].decode("utf-8", "replace")))
+                return
+        mid = (lo + hi) // 2
+        bisect(lo, mid)
+        bisect(mid, hi)
+
+    if lines:
+        bisect(0, len(lines))
+    df = pl.concat(frames) if frames else pl.DataFrame(schema=_EVENT_SCHEMA)
     return df, bad
 
 
@@ -328,9 +383,8 @@ def load_rank_events(path: Path, chunk_bytes: int = CHUNK_BYTES, rounding: str =
     cut = False
     for data, was_cut in _decompressed_chunks(path, chunk_bytes):
         cut = cut or was_cut
-        before = split.n_events
-        for block in split.feed(data):
-            df, b = _parse_block(block, before + 1)
+        for first_no, block in split.feed(data):
+            df, b = _parse_block(block, first_no)
             bad.extend(b)
             s, g, la = _select(df)
             steps.append(s)
@@ -338,6 +392,7 @@ def load_rank_events(path: Path, chunk_bytes: int = CHUNK_BYTES, rounding: str =
             launches.append(la)
     if split.phase == "head":
         raise UnreadableFile("no traceEvents array found: not a Kineto trace, or cut before its events")
+    bad.extend(split.refused)
     truncated = cut or split.phase == "events"
     s = (
         pl.concat(steps)
@@ -374,13 +429,17 @@ def load_rank_events(path: Path, chunk_bytes: int = CHUNK_BYTES, rounding: str =
     )
 
 
+_MAX_RANK = 2**31 - 1  # a rank past this is a corrupt value, not a rank
+
+
 def rank_of(meta: dict, path: Path) -> int | None:
-    """Rank from ``distributedInfo.rank``, else from the file name."""
+    """Rank from ``distributedInfo.rank``, else from the file name (a non-negative Int32 only)."""
     info = meta.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return int(info["rank"])
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank <= _MAX_RANK:
+        return rank
     m = _RANK_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) <= _MAX_RANK else None
 
 
 class KinetoTraceReader(ReaderBase):

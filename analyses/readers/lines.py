@@ -9,46 +9,110 @@ Shared by the line-based readers. Line numbering is exact and matches what an ed
   one when the file does not end in ``\\n`` (an empty file has zero lines);
 * invalid UTF-8 bytes are replaced by U+FFFD rather than failing the file (a console log with
   one corrupted byte is still a console log);
-* a file that is not text at all (NUL bytes or mostly undecodable in its first 64 KiB), or a
-  corrupt gzip stream, raises :class:`UnreadableFile`.
+* a file that is not text at all (its first 64 KiB mostly NUL, control or undecodable bytes), a
+  corrupt gzip stream, or a gzip that inflates past :mod:`analyses.readers.limits` (a gzip
+  bomb) raises :class:`UnreadableFile`.
+
+Two kinds of line never reach a reader; they are *rejected by the line layer* (``line_no``,
+reason, the start of the line as ``raw``): a line longer than ``limits.max_line_bytes``
+(``line_too_long``: streamed past, never held whole) and a line holding NUL bytes
+(``nul_bytes``: binary garbage in a text log, e.g. a crash that wrote zeros mid-line). Their
+numbers are missing from the batches and they are not in ``n_lines``; they are accounted for
+by :func:`analyses.readers.read_file`, which installs the collector (:func:`collect_refused`)
+and adds them to the reader's chunks as rejected lines. Reading such a file without a
+collector raises :class:`UnreadableFile`, so a line is never silently lost.
 
 ``contains=`` keeps only the lines holding a literal (a reader's cheap prefilter) without ever
 materializing the others; each :class:`LineBatch` still says how many physical lines it covers,
 so the reader can count the dropped ones as skipped.
 
-Two paths give identical batches. Valid UTF-8 plain files go through Polars' native line scanner
-(``pl.scan_lines`` + ``collect_batches``: parallel, memory bounded by a batch). Gzip files and
-files with invalid UTF-8 (found by a cheap native pre-pass) go through a block reader (byte blocks cut
-after the last newline, undecodable bytes replaced, split by ``scan_lines`` over the bytes).
-There is no Python loop per line on either path.
+Two paths give identical batches. Plain files that are valid UTF-8, hold no NUL byte and no line
+over 1 MiB (found by one byte-level pre-pass, numpy over blocks) go through Polars' native line
+scanner (``pl.scan_lines`` + ``collect_batches``: parallel, memory bounded by a batch, whose
+line count is cut so that it holds at most ``batch_bytes`` even if every line were the longest).
+Every other file (gzip, a tar member, invalid UTF-8, NUL bytes, an over-long line) goes through
+a block reader (byte blocks cut after the last newline, undecodable bytes replaced, split by
+``scan_lines`` over the bytes). There is no Python loop per line on either path.
 """
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
+import numpy as np
 import polars as pl
 
+from analyses.readers import limits
 from analyses.readers.base import UnreadableFile, is_gzip
+from analyses.schema import RAW_MAX_CHARS
 
 DEFAULT_BATCH_LINES = 200_000
 DEFAULT_BLOCK_BYTES = 32 * 1024 * 1024
+# a batch holds at most this much text, whatever its line count: readers multiply a batch's size
+# (splits, regex captures, exploded pairs), so lines of 200 KB in a 200k-line batch would be 40 GB
+DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
+_FAST_MAX_LINE = 1 << 20  # longer lines go through the block reader, which bounds batches by bytes
 _TEXT_CHECK_BYTES = 64 * 1024
-_MAX_BAD_FRACTION = 0.10  # share of undecodable characters above which a file is "not text"
+_MAX_BAD_FRACTION = 0.10  # share of NUL/control/undecodable characters above which a file is "not text"
+_TEXT_CONTROLS = "\t\n\r\x0b\x0c\x08\x1b"  # control characters real logs hold (ANSI escapes, tabs, ...)
+_BAD_CHARS = "".join(chr(c) for c in range(32) if chr(c) not in _TEXT_CONTROLS) + "\ufffd"
 LINE_SCHEMA = {"line_no": pl.Int64, "line": pl.String}
+REASON_TOO_LONG = "line_too_long: {n} bytes, over the {limit}-byte line limit; not read"
+REASON_NUL = "nul_bytes: the line holds NUL bytes (binary garbage in a text file)"
 
 
 @dataclass
 class LineBatch:
     """``lines``: ``(line_no, line)`` rows (only the matching ones when filtered); ``n_lines``:
-    physical lines this batch covers, kept or not. Batches are contiguous and in file order."""
+    physical lines this batch covers, kept or not, except lines refused by the line layer
+    (accounted for separately, see the module docs). Batches are contiguous and in file order."""
 
     lines: pl.DataFrame
     n_lines: int
+
+
+@dataclass
+class RefusedLines:
+    """Lines the line layer refused while a file was read: ``(line_no, reason, raw)``."""
+
+    rows: list[tuple[int, str, str]] = field(default_factory=list)
+
+    def drain(self) -> list[tuple[int, str, str]]:
+        out, self.rows = self.rows, []
+        return out
+
+
+_refused: ContextVar[RefusedLines | None] = ContextVar("refused_lines", default=None)
+
+
+@contextmanager
+def collect_refused() -> Iterator[RefusedLines]:
+    """Collect the lines refused by the line layer while the block runs (see the module docs)."""
+    sink = RefusedLines()
+    token = _refused.set(sink)
+    try:
+        yield sink
+    finally:
+        try:
+            _refused.reset(token)
+        except ValueError:  # closed from another context (a generator finalized elsewhere)
+            _refused.set(None)
+
+
+def _refuse(path: Path, rows: list[tuple[int, str, str]]) -> None:
+    sink = _refused.get()
+    if sink is None:
+        line_no, reason, _ = rows[0]
+        raise UnreadableFile(f"{path.name}: line {line_no}: {reason} (read through analyses.readers.read_file)")
+    sink.rows.extend(rows)
 
 
 def iter_line_batches(
@@ -56,33 +120,51 @@ def iter_line_batches(
     batch_lines: int = DEFAULT_BATCH_LINES,
     contains: str | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> Iterator[LineBatch]:
-    """Every line of ``path`` exactly once, in order, as :class:`LineBatch` es.
+    """Every line of ``path`` exactly once, in order, as :class:`LineBatch` es of at most
+    ``batch_lines`` lines and (but for one line longer than that) about ``batch_bytes`` of text.
 
-    ``sum(b.n_lines) == count_lines(path)``; with ``contains``, ``lines`` holds only the lines
-    containing that literal.
+    ``sum(b.n_lines) + refused lines == count_lines(path)``; with ``contains``, ``lines`` holds
+    only the lines containing that literal.
     """
     path = Path(path)
     _check_text(_head_bytes(path), path)
-    total = None if is_gzip(path) else _utf8_line_count(path)
-    if total is None:
-        yield from _lenient_batches(path, block_bytes, contains)
+    lim = limits.current()
+    scan = None if is_gzip(path) else _scan_plain(path, lim.max_line_bytes)
+    if scan is None or not scan.clean or scan.longest > _FAST_MAX_LINE:
+        blocks = _raw_blocks(path, min(block_bytes, batch_bytes))
+        yield from _lenient_batches(path, blocks, contains, lim.max_line_bytes, batch_lines)
         return
     lf = pl.scan_lines(path, name="line", row_index_name="line_no", row_index_offset=1)
     lf = lf.select(pl.col("line_no").cast(pl.Int64), "line")
     if contains is not None:
         lf = lf.filter(pl.col("line").str.contains(contains, literal=True))
     done = 0  # lines already covered by yielded batches
+    rows = max(1, min(batch_lines, batch_bytes // max(scan.longest, 1)))
     try:
-        for df in lf.collect_batches(chunk_size=batch_lines):
+        for df in lf.collect_batches(chunk_size=rows):
             if df.height:
                 last = int(df["line_no"][-1])
                 yield LineBatch(df, last - done)
                 done = last
     except pl.exceptions.ComputeError as exc:  # the file changed under us
         raise UnreadableFile(f"{path.name}: {exc}") from exc
-    if total > done:
-        yield LineBatch(pl.DataFrame(schema=LINE_SCHEMA), total - done)
+    if scan.n_lines > done:
+        yield LineBatch(pl.DataFrame(schema=LINE_SCHEMA), scan.n_lines - done)
+
+
+def stream_line_frames(
+    fh: IO[bytes], name: str, numbered: list[int], batch_lines: int = DEFAULT_BATCH_LINES
+) -> Iterator[pl.DataFrame]:
+    """The lines of an open binary stream (a tar member) as :func:`line_frames` gives those of a
+    file (same rules: invalid UTF-8 replaced, over-long and NUL lines refused), numbered on from
+    ``numbered[0]`` (the last number already used), which is advanced past every line."""
+    blocks = _stream_blocks(fh, name, DEFAULT_BATCH_BYTES)
+    max_line = limits.current().max_line_bytes
+    for batch in _lenient_batches(Path(name), blocks, None, max_line, batch_lines, numbered):
+        if batch.lines.height:
+            yield batch.lines
 
 
 def line_frames(path: Path, batch_lines: int = DEFAULT_BATCH_LINES) -> Iterator[pl.DataFrame]:
@@ -98,7 +180,7 @@ def line_frames(path: Path, batch_lines: int = DEFAULT_BATCH_LINES) -> Iterator[
 
 def count_lines(path: Path) -> int:
     """Number of lines as :func:`iter_line_batches` numbers them (``wc -l``, plus one for a final
-    line without newline). For tests and accounting checks."""
+    line without newline), refused lines included. For tests and accounting checks."""
     n = 0
     last = b"\n"
     for data in _raw_blocks(Path(path), DEFAULT_BLOCK_BYTES):
@@ -107,7 +189,61 @@ def count_lines(path: Path) -> int:
     return n + (0 if last == b"\n" else 1)
 
 
+def looks_binary(head: bytes) -> bool:
+    """True when ``head`` (a file's first bytes) is not text: more than 10% of its characters
+    are NUL, other control characters than those logs hold, or undecodable bytes. A few NUL or
+    undecodable bytes in a log do not make it binary (those lines are refused one by one)."""
+    text = head.decode("utf-8", errors="replace")
+    if not text:
+        return False
+    bad = sum(text.count(c) for c in _BAD_CHARS)
+    return bad > _MAX_BAD_FRACTION * len(text)
+
+
 # ---------------------------------------------------------------------------- internals
+
+
+@dataclass
+class _PlainScan:
+    n_lines: int
+    longest: int  # bytes of the longest line, its newline excluded
+    has_nul: bool
+    valid_utf8: bool
+    max_line_bytes: int
+
+    @property
+    def clean(self) -> bool:
+        return self.valid_utf8 and not self.has_nul and self.longest <= self.max_line_bytes
+
+
+def _scan_plain(path: Path, max_line_bytes: int) -> _PlainScan:
+    """One byte-level pass over a plain file: line count, longest line, NUL bytes, UTF-8 validity
+    (numpy over 8 MiB blocks; memory bounded by a block whatever the lines)."""
+    n_nl, longest, run, has_nul, valid = 0, 0, 0, False, True
+    dec = codecs.getincrementaldecoder("utf-8")("strict")
+    for block in _raw_blocks(path, 8 << 20):
+        nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+        if nl.size:
+            longest = max(longest, run + int(nl[0]))
+            if nl.size > 1:
+                longest = max(longest, int(np.diff(nl).max()) - 1)
+            run = len(block) - int(nl[-1]) - 1
+        else:
+            run += len(block)
+        longest = max(longest, run)
+        n_nl += int(nl.size)
+        has_nul = has_nul or b"\x00" in block
+        if valid:
+            try:
+                dec.decode(block)
+            except UnicodeDecodeError:
+                valid = False
+    if valid:
+        try:
+            dec.decode(b"", final=True)
+        except UnicodeDecodeError:
+            valid = False
+    return _PlainScan(n_nl + (1 if run else 0), longest, has_nul, valid, max_line_bytes)
 
 
 def _head_bytes(path: Path) -> bytes:
@@ -116,40 +252,37 @@ def _head_bytes(path: Path) -> bytes:
     return b""
 
 
-def _utf8_line_count(path: Path) -> int | None:
-    """The file's line count when it is valid UTF-8, else None.
-
-    Polars' native scanner fails on the first invalid byte and, streaming in parallel, may
-    already have produced later batches by then; so the whole file is checked first (one cheap
-    native pass that materializes every line) and an invalid file takes the lenient path.
-    """
-    try:
-        return (
-            pl.scan_lines(path)
-            .select(pl.len(), pl.col("line").str.len_bytes().sum())
-            .collect(engine="streaming")
-            .item(0, 0)
-        )
-    except pl.exceptions.ComputeError:
-        return None
-
-
 def _check_text(head: bytes, path: Path) -> None:
-    if b"\x00" in head:
-        raise UnreadableFile(f"{path.name}: not a text file (NUL bytes in the first {len(head)} bytes)")
-    text = head.decode("utf-8", errors="replace")
-    if text and text.count("\ufffd") > _MAX_BAD_FRACTION * len(text):
-        raise UnreadableFile(f"{path.name}: not a text file (mostly invalid UTF-8)")
+    if looks_binary(head):
+        raise UnreadableFile(f"{path.name}: not a text file (mostly NUL, control or invalid UTF-8 bytes)")
+
+
+def _stream_blocks(fh: IO[bytes], name: str, block_bytes: int) -> Iterator[bytes]:
+    try:
+        while data := fh.read(block_bytes):
+            yield data
+    except (OSError, EOFError, zlib.error) as exc:  # a corrupt archive member
+        raise UnreadableFile(f"{name}: {type(exc).__name__}: {exc}") from exc
 
 
 def _raw_blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
-    opener = gzip.open if is_gzip(path) else open
+    """The file's bytes (decompressed when gzip) in blocks of at most ``block_bytes``; a gzip that
+    inflates beyond :meth:`Limits.gzip_cap` raises :class:`UnreadableFile` (a gzip bomb)."""
+    gz = is_gzip(path)
+    cap = limits.current().gzip_cap(path.stat().st_size) if gz else None
+    total = 0
     try:
-        with opener(path, "rb") as fh:
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
             while True:
                 data = fh.read(block_bytes)
                 if not data:
                     return
+                total += len(data)
+                if cap is not None and total > cap:
+                    raise UnreadableFile(
+                        f"{path.name}: gzip inflates beyond {cap} bytes ({limits.current().gzip_max_ratio}x its "
+                        "compressed size): refused as a possible gzip bomb"
+                    )
                 yield data
     except (OSError, EOFError, zlib.error) as exc:  # corrupt or truncated gzip, I/O error
         raise UnreadableFile(f"{path.name}: {type(exc).__name__}: {exc}") from exc
@@ -166,28 +299,85 @@ def _frame(data: bytes, first_line_no: int) -> pl.DataFrame:
     )
 
 
-def _lenient_batches(path: Path, block_bytes: int, contains: str | None) -> Iterator[LineBatch]:
+def _raw_text(data: bytes) -> str:
+    return data[: RAW_MAX_CHARS * 4].decode("utf-8", errors="replace").replace("\x00", "\ufffd")[:RAW_MAX_CHARS]
+
+
+def _lenient_batches(
+    path: Path,
+    blocks: Iterator[bytes],
+    contains: str | None,
+    max_line: int,
+    batch_lines: int,
+    numbered: list[int] | None = None,
+) -> Iterator[LineBatch]:
+    """Lines of ``blocks`` with over-long lines streamed past: ``pending`` (the unfinished last
+    line) never exceeds ``max_line`` plus one block, and a line found longer is refused.
+    ``numbered``: ``[last line number used before]``, kept up to date (numbering runs on)."""
     pending = b""
-    next_no = 1
+    numbered = [0] if numbered is None else numbered
+    next_no = numbered[0] + 1
+    skipping: list | None = None  # [line_no, bytes so far, head] of an over-long line being passed
 
     def emit(data: bytes) -> Iterator[LineBatch]:
         nonlocal next_no
         df = _frame(data, next_no)
         next_no += df.height
-        if contains is not None:
-            kept = df.filter(pl.col("line").str.contains(contains, literal=True))
-        else:
-            kept = df
-        if df.height:
-            yield LineBatch(kept, df.height)
+        numbered[0] = next_no - 1
+        refused = (pl.col("line").str.len_bytes() > max_line) | pl.col("line").str.contains("\x00", literal=True)
+        bad = df.filter(refused)
+        if bad.height:
+            _refuse(path, [
+                (no, REASON_TOO_LONG.format(n=n, limit=max_line) if n > max_line else REASON_NUL,
+                 head.replace("\x00", "\ufffd"))
+                for no, n, head in bad.select(
+                    "line_no", pl.col("line").str.len_bytes().alias("n"), pl.col("line").str.slice(0, RAW_MAX_CHARS).alias("head")
+                ).iter_rows()
+            ])
+            df = df.filter(~refused)
+        for off in range(0, df.height, batch_lines):
+            part = df.slice(off, batch_lines)
+            kept = part.filter(pl.col("line").str.contains(contains, literal=True)) if contains is not None else part
+            yield LineBatch(kept, part.height)
 
-    for data in _raw_blocks(path, block_bytes):
+    def start_skipping(buf: bytes) -> None:
+        nonlocal skipping, next_no
+        skipping = [next_no, len(buf), buf[: RAW_MAX_CHARS * 4]]
+        next_no += 1
+        numbered[0] = next_no - 1
+
+    def finish_skipping() -> None:
+        nonlocal skipping
+        no, n, head = skipping
+        _refuse(path, [(no, REASON_TOO_LONG.format(n=n, limit=max_line), _raw_text(head))])
+        skipping = None
+
+    for data in blocks:
+        if skipping is not None:
+            nl = data.find(b"\n")
+            if nl < 0:
+                skipping[1] += len(data)
+                continue
+            skipping[1] += nl
+            finish_skipping()
+            data = data[nl + 1 :]
+            if not data:
+                continue
         buf = pending + data if pending else data
         cut = buf.rfind(b"\n")
-        if cut < 0:  # no newline yet: a line longer than a block keeps accumulating
-            pending = buf
+        if cut < 0:  # no newline yet: the line goes on; past the limit it is passed, not held
+            pending = b""
+            if len(buf) > max_line:
+                start_skipping(buf)
+            else:
+                pending = buf
             continue
         pending = buf[cut + 1 :]
         yield from emit(buf[: cut + 1])
-    if pending:  # final line without a newline
+        if len(pending) > max_line:
+            start_skipping(pending)
+            pending = b""
+    if skipping is not None:
+        finish_skipping()
+    elif pending:  # final line without a newline
         yield from emit(pending)

@@ -202,13 +202,13 @@ class MetricsJsonlReader(ReaderBase):
             return False
         try:
             obj = json.loads(line)  # one line of the head, to classify the file
-        except ValueError:
+            flat = _flatten(obj) if isinstance(obj, dict) else {}
+        except (ValueError, RecursionError):  # RecursionError: nested past Python's limit
             return False
         if not isinstance(obj, dict) or ("step" in obj and isinstance(obj.get("data"), dict)):
             return False  # verl file logger
         if SAMPLE_MARKERS & obj.keys() or any(isinstance(v, list) for v in obj.values()):
             return False
-        flat = _flatten(obj)
         step = next((flat[c] for c in STEP_COLUMNS if flat.get(c) is not None), None)
         if not _integral_number(step):
             return False

@@ -197,7 +197,7 @@ def _csv_segment(
         t = cell(names.index("timestamp"))
         cols["ts"] = parse_ts_text(t, tz)
         reasons.append(
-            pl.when(parse_ts_text(t, tz).is_null()).then(pl.format("unparseable timestamp '{}'", t))
+            pl.when(parse_ts_text(t, tz).is_null()).then(pl.format("unparseable timestamp '{}'", t.str.slice(0, 80)))
         )
     else:
         cols["ts"] = pl.lit(None, dtype=pl.Datetime("us", "UTC"))
@@ -219,9 +219,9 @@ def _csv_segment(
             cols[key] = pl.when(~na).then(num * factor)
             reasons.append(
                 pl.when(~na & num.is_null())
-                .then(pl.format("non-numeric value '{}' in {}", c, pl.lit(name)))
+                .then(pl.format("non-numeric value '{}' in {}", c.str.slice(0, 80), pl.lit(name)))
                 .when(~na & factor.is_null())
-                .then(pl.format("unknown unit '{}' for {}", unit, pl.lit(name)))
+                .then(pl.format("unknown unit '{}' for {}", unit.str.slice(0, 80), pl.lit(name)))
             )
             metric = m.canonical if m.canonical not in metric_names.values() else name
         else:
@@ -250,8 +250,9 @@ def _segment_rows(
     if metric_names:
         long = (
             good.select("gpu", "ts", *metric_names)
-            .rename(metric_names)
             .unpivot(index=["gpu", "ts"], variable_name="metric", value_name="value")
+            # mapped after the unpivot: a header naming one column twice must not collide
+            .with_columns(pl.col("metric").replace_strict(metric_names, return_dtype=pl.String))
             .filter(pl.col("value").is_not_null())
             .with_columns(host=pl.lit(host), source=pl.lit(source))
         )
@@ -391,7 +392,7 @@ def _dmon_segment(
         text = pl.concat_str([tok(names.index("Date")), tok(names.index("Time"))], separator=" ")
         cols["ts"] = parse_ts_text(text, tz)
         reasons.append(
-            pl.when(parse_ts_text(text, tz).is_null()).then(pl.format("unparseable date/time '{}'", text))
+            pl.when(parse_ts_text(text, tz).is_null()).then(pl.format("unparseable date/time '{}'", text.str.slice(0, 80)))
         )
     else:
         cols["ts"] = pl.lit(None, dtype=pl.Datetime("us", "UTC"))
@@ -411,7 +412,7 @@ def _dmon_segment(
             cols[key] = pl.when(~na).then(num * factor)
             reasons.append(
                 pl.when(~na & num.is_null())
-                .then(pl.format("non-numeric value '{}' in {}", c, pl.lit(name)))
+                .then(pl.format("non-numeric value '{}' in {}", c.str.slice(0, 80), pl.lit(name)))
                 .when(~na & factor.is_null())
                 .then(pl.lit(f"unknown unit '{src_unit}' for {name}"))
             )

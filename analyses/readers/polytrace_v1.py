@@ -28,9 +28,12 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
+from analyses.readers import limits
 from analyses.readers.base import Chunk, FileContext, ReaderBase, UnreadableFile, rejects_frame
+from analyses.readers.json_scan import ScanState, structure
 
 RECORDED = "recorded"
 _HEAD = re.compile(r'\A\s*\{\s*"\d+"\s*:\s*[\[{]')
@@ -142,34 +145,26 @@ class PolyTraceV1Reader(ReaderBase):
         return bool(_HEAD.match(head)) and '"input"' in head and ('"output"' in head or '"output_groups"' in head)
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        size, cap = ctx.path.stat().st_size, limits.current().max_document_bytes
+        if size > cap:
+            raise UnreadableFile(f"JSON document of {size} bytes, over the {cap}-byte document limit")
         try:
-            items = _top_level_items(ctx.path.read_text(encoding="utf-8"))
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            text = ctx.path.read_text(encoding="utf-8")
+        except ValueError as exc:  # UnicodeDecodeError
             raise UnreadableFile(f"not a JSON document: {exc}") from exc
-        if items is None:
-            raise UnreadableFile("top level is not an object keyed by step")
         limit = ctx.manifest.max_response_length
         parts: dict[str, list[pl.DataFrame]] = {"samples": [], "turns": []}
         bad: list[tuple[int, str, str]] = []
         seen: set[str] = set()
-        for ordinal, (key, entry) in enumerate(items, start=1):  # one iteration per step
-            try:
-                if key in seen:
-                    raise BadStep(f"duplicate step key {key!r}: the first entry for it is kept")
-                seen.add(key)
-                if not re.fullmatch(r"\d+", key):
-                    raise BadStep(f"step key {key!r} is not a non-negative integer")
-                if isinstance(entry, dict):
-                    frames = _flat(int(key), entry, limit)
-                elif isinstance(entry, list):
-                    frames = _multiturn(int(key), entry)
-                else:
-                    raise BadStep("step entry is neither an object nor a list of trajectories")
-            except BadStep as exc:
-                bad.append((ordinal, str(exc), json.dumps({key: entry})))
-                continue
-            for table, df in frames.items():
-                parts[table].append(df.with_columns(line_no=pl.lit(ordinal, dtype=pl.Int64)))
+        n_items = 0
+        try:
+            for ordinal, (key, entry) in enumerate(_top_level_items(text), start=1):  # one per step
+                n_items = ordinal
+                self._entry(ordinal, key, entry, limit, seen, parts, bad)
+        except ValueError as exc:  # JSONDecodeError
+            raise UnreadableFile(f"not a JSON document: {exc}") from exc
+        except _NotAnObject as exc:
+            raise UnreadableFile("top level is not an object keyed by step") from exc
         tables = {t: pl.concat(v, how="diagonal_relaxed") for t, v in parts.items() if v}
         if "samples" in tables:
             tables["samples"] = tables["samples"].with_columns(
@@ -178,24 +173,69 @@ class PolyTraceV1Reader(ReaderBase):
         if "turns" in tables:
             tables["turns"] = tables["turns"].drop("line_no")
         rejects = rejects_frame([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
-        yield Chunk(tables=tables, rejects=rejects, lines=len(items), rows_ok=len(items) - len(bad),
+        yield Chunk(tables=tables, rejects=rejects, lines=n_items, rows_ok=n_items - len(bad),
                     rows_rejected=len(bad), rows_skipped=0)
+
+    @staticmethod
+    def _entry(ordinal: int, key: str, entry: object, limit: int | None, seen: set[str],
+               parts: dict[str, list[pl.DataFrame]], bad: list[tuple[int, str, str]]) -> None:
+        """One step entry into ``parts``, or its reason into ``bad``."""
+        try:
+            if isinstance(entry, _TooDeep):
+                raise BadStep(str(entry))
+            if key in seen:
+                raise BadStep(f"duplicate step key {key!r}: the first entry for it is kept")
+            seen.add(key)
+            if not re.fullmatch(r"\d+", key):
+                raise BadStep(f"step key {key!r} is not a non-negative integer")
+            if int(key) >= 2**63:
+                raise BadStep(f"step key {key[:40]!r} is out of range")
+            if isinstance(entry, dict):
+                frames = _flat(int(key), entry, limit)
+            elif isinstance(entry, list):
+                frames = _multiturn(int(key), entry)
+            else:
+                raise BadStep("step entry is neither an object nor a list of trajectories")
+        except BadStep as exc:
+            raw = entry.raw if isinstance(entry, _TooDeep) else json.dumps({key: entry})
+            bad.append((ordinal, str(exc), raw))
+            return
+        for table, df in frames.items():
+            parts[table].append(df.with_columns(line_no=pl.lit(ordinal, dtype=pl.Int64)))
+
+
+class _NotAnObject(Exception):
+    """The document's top level is valid JSON but no object."""
+
+
+class _TooDeep:
+    """A step entry nested past Python's JSON recursion limit (its value was skipped)."""
+
+    def __init__(self, raw: str) -> None:
+        self.raw = raw
+
+    def __str__(self) -> str:
+        return "step entry nested too deep to decode"
 
 
 _WS = re.compile(r"[ \t\n\r]*")
 
 
-def _top_level_items(text: str) -> list[tuple[str, object]] | None:
-    """``(key, value)`` of the document's top-level object in order, duplicate keys kept (where
-    ``json.loads`` would silently keep only the last); None when the top level is no object.
-    Each value is decoded by ``json``'s own scanner; raises ValueError on malformed JSON."""
+def _top_level_items(text: str) -> Iterator[tuple[str, object]]:
+    """``(key, value)`` of the document's top-level object in order, one at a time, duplicate
+    keys kept (where ``json.loads`` would silently keep only the last). Each value is decoded by
+    ``json``'s own scanner; raises ValueError on malformed JSON, :class:`_NotAnObject` when the
+    top level is valid JSON but no object. A value nested past Python's recursion limit comes
+    as a :class:`_TooDeep` (skipped by its structure) so that it is rejected on its own."""
     dec = json.JSONDecoder()
     ws = lambda at: _WS.match(text, at).end()  # noqa: E731
     i = ws(0)
     if text[i : i + 1] != "{":
-        dec.raw_decode(text, i)  # malformed JSON raises here; a valid non-object is None below
-        return None
-    items: list[tuple[str, object]] = []
+        try:
+            dec.raw_decode(text, i)  # malformed JSON raises here; a valid non-object below
+        except RecursionError as exc:
+            raise json.JSONDecodeError("nested too deep", text, i) from exc
+        raise _NotAnObject()
     i = ws(i + 1)
     if text[i : i + 1] == "}":
         i += 1
@@ -207,8 +247,13 @@ def _top_level_items(text: str) -> list[tuple[str, object]] | None:
             i = ws(i)
             if text[i : i + 1] != ":":
                 raise json.JSONDecodeError("expected ':'", text, i)
-            value, i = dec.raw_decode(text, ws(i + 1))
-            items.append((key, value))
+            start = ws(i + 1)
+            try:
+                value, i = dec.raw_decode(text, start)
+            except RecursionError:
+                i = _value_end(text, start)
+                value = _TooDeep(text[start : min(i, start + 500)])
+            yield key, value
             i = ws(i)
             sep, i = text[i : i + 1], i + 1
             if sep == "}":
@@ -218,4 +263,18 @@ def _top_level_items(text: str) -> list[tuple[str, object]] | None:
             i = ws(i)
     if text[ws(i) :]:
         raise json.JSONDecodeError("extra data after the document", text, ws(i))
-    return items
+
+
+def _value_end(text: str, start: int, window: int = 1 << 16) -> int:
+    """End (exclusive, in characters) of the JSON container starting at ``text[start]``, found by
+    its bracket structure, scanned window by window (so each skipped value costs its own length);
+    raises ValueError when it never closes."""
+    state, at = ScanState(), start
+    while at < len(text):
+        data = text[at : at + window].encode("utf-8")
+        st = structure(np.frombuffer(data, dtype=np.uint8), state)
+        closes = st.brackets[st.depth == 0]
+        if closes.size:
+            return at + len(data[: int(closes[0]) + 1].decode("utf-8"))
+        state, at = st.end, at + window
+    raise json.JSONDecodeError("unterminated value", text, start)

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analyses.readers import limits
 from analyses.readers.base import (
     Chunk,
     FileContext,
@@ -147,6 +148,10 @@ class _Normalizer:
     def normalize(self, s: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
         """``s``: line_no, line, name, label columns, value (float), ts. Returns samples,
         rejects (line_no, line, reason) and how many lines were skipped by rule."""
+        # one chunk per column first: Polars 2.1 panics ("assertion failed: i < self.len()") in
+        # the label expressions below on some multi-chunk frames (found by the fuzz: lines
+        # near the line limit among samples); a rechunk costs one copy of the batch
+        s = s.rechunk()
         for lab in LABELS:
             if lab not in s.columns:
                 s = s.with_columns(pl.lit(None, dtype=pl.String).alias(lab))
@@ -232,10 +237,15 @@ class PrometheusRangeJsonReader(ReaderBase):
         )
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        size, cap = ctx.path.stat().st_size, limits.current().max_document_bytes
+        if size > cap:
+            raise UnreadableFile(f"JSON document of {size} bytes, over the {cap}-byte document limit")
         try:
             doc = json.loads(ctx.path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise UnreadableFile(f"not a JSON document: {exc}") from exc
+        except RecursionError as exc:  # a query answer is never nested that deep
+            raise UnreadableFile("not a Prometheus answer: JSON nested past Python's recursion limit") from exc
         if (
             not isinstance(doc, dict)
             or doc.get("status") != "success"

@@ -17,10 +17,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
+from analyses.readers import limits
 from analyses.readers.base import Chunk, rejects_frame
+from analyses.readers.flat_metrics import drop_thread_connection, thread_connection
+from analyses.readers.json_scan import max_depth, split_too_deep
 from analyses.readers.lines import iter_line_batches
 
 # One batch of lines is decoded at a time; checks that must see the whole file (duplicates, the
@@ -122,6 +124,11 @@ def _field_reasons(f: Field) -> list[pl.Expr]:
         return out
     is_list = t.str.starts_with("[")
     out.append(pl.when(present & ~is_list).then(pl.format(f"wrong type for {f.key}: {{}}", t)))
+    # one record's list becomes that many rows: past the limit it is no real record (a prompt
+    # sampled 8M times), and exploding it would cost gigabytes
+    max_items = limits.current().max_list_items
+    out.append(pl.when(present & (v.list.len() > max_items))
+               .then(pl.format(f"list too long: {f.key} has {{}} items, over the limit of {max_items}", v.list.len())))
     if f.kind == "int_list":
         out.append(pl.when(present & is_list & ~t.is_in(_INT_LISTS)).then(pl.lit(f"non-integer element in {f.key}")))
         out.append(pl.when(present & v.list.eval(pl.element().is_null().any()).list.first())
@@ -190,17 +197,20 @@ def decode_frame(lines: pl.DataFrame, fields: Sequence[Field], sql: str | None =
     blank = lines["line"].str.strip_chars().str.len_bytes() == 0
     # a UTF-8 byte-order mark (Windows editors) would make the first record invalid JSON
     src = lines.filter(~blank).select(pl.col("line_no").cast(pl.Int64), pl.col("line").str.strip_prefix("\ufeff"))
-    con = duckdb.connect()
+    src, deep = split_too_deep(src, limits.current().max_json_depth)
+    con = thread_connection()
     try:
-        con.execute("SET threads=2")
         con.register("src", src)
         out = con.sql(sql or build_sql(fields)).pl()
-    finally:
-        con.close()
+        con.unregister("src")
+    except BaseException:  # a failed query may leave the connection unusable: start afresh next time
+        drop_thread_connection()
+        raise
     out = out.sort("line_no").with_columns(reason=reason_expr(fields))
     good = out.filter(pl.col("reason").is_null())
     values = good.select("line_no", "line", pl.col("_v").struct.unnest())
-    bad = out.filter(pl.col("reason").is_not_null())
+    bad = pl.concat([out.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "line"), deep])
+    bad = bad.sort("line_no")
     return Decoded(
         ok=values.rename({f.key: f.col for f in fields if f.col != f.key}),
         rejects=rejects_frame(bad["line_no"], bad["reason"], bad["line"]),
@@ -245,18 +255,22 @@ class FileKeys:
 def step_from_name(path: Path, pattern: str) -> int | None:
     """The step number a file name states (``pattern`` has one group), or None."""
     m = re.search(pattern, path.name)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) < 2**63 else None  # past Int64: no step
 
 
 def first_json_objects(head: str, n: int = 5) -> list[dict]:
-    """Up to ``n`` JSON objects from the first complete lines of ``head`` (for sniffing only)."""
+    """Up to ``n`` JSON objects from the first complete lines of ``head`` (for sniffing only);
+    a line that is no JSON, or nests deeper than the reader accepts, is passed over."""
     out: list[dict] = []
+    depth_limit = limits.current().max_json_depth
     for line in head.lstrip("\ufeff").splitlines():  # a line cut by the head limit fails to parse
         if not line.strip():
             continue
         try:
+            if line.count("{") + line.count("[") > depth_limit and max_depth(line.encode()) > depth_limit:
+                continue
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(obj, dict):
             out.append(obj)

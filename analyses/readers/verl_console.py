@@ -70,6 +70,9 @@ CONSOLE_CUT_CHARS = 4096
 # step lines per batch (only prefiltered lines are batched): ~10 MB of typical step lines, small
 # enough that a batch's exploded pairs stay far below the memory budget
 BATCH_STEP_LINES = 8192
+# and at most ~8 MB of text per batch: two batches are parsed at once, and a batch of lines dense
+# with pairs costs ~30x its size once split (a 16 MiB line of 1.7M pairs peaks near 550 MB)
+BATCH_BYTES = 8 << 20
 
 _ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 _TS = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
@@ -115,7 +118,7 @@ class VerlConsoleReader(ReaderBase):
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         # only lines containing "step:" leave the line scanner; the rest are counted as skipped
-        batches = iter_line_batches(ctx.path, self.batch_lines, contains=_STEP_KW)
+        batches = iter_line_batches(ctx.path, self.batch_lines, contains=_STEP_KW, batch_bytes=BATCH_BYTES)
         workers = min(self.max_workers, pl.thread_pool_size())
         if workers <= 1:
             for batch in batches:

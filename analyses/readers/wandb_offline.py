@@ -41,6 +41,7 @@ from typing import Any
 
 import polars as pl
 
+from analyses.readers import limits
 from analyses.readers.base import (
     METRIC_SOURCE_BINARY,
     Chunk,
@@ -98,6 +99,7 @@ def iter_records(path: Path) -> Iterator[tuple[int, bytes | None, str | None]]:
     """
     n = 0
     pending: bytearray | None = None  # a FIRST..MIDDLE sequence awaiting its LAST
+    max_record = limits.current().max_line_bytes
     with open(path, "rb") as fh:
         head = fh.read(REC_HEADER)
         if head[:4] != MAGIC:
@@ -138,7 +140,11 @@ def iter_records(path: Path) -> Iterator[tuple[int, bytes | None, str | None]]:
                     pending = bytearray(data)
                 elif pending is not None:
                     pending += data
-                    if rtype == LAST:
+                    if len(pending) > max_record:  # its remaining pieces are orphans, dropped
+                        n += 1
+                        pending = None
+                        yield n, None, f"line_too_long: record over the {max_record}-byte limit; not read"
+                    elif rtype == LAST:
                         n += 1
                         yield n, bytes(pending), None
                         pending = None

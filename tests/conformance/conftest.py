@@ -14,11 +14,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import consumers
 import pytest
 from _ci import skip_or_fail
-from harness import EXPORT_FORMATS, REPORT_ENV, Build, Verdicts, cli
-from realruns import REAL_RUNS
+
+from . import consumers
+from .harness import EXPORT_FORMATS, REPORT_ENV, Build, Verdicts, cli
+from .realruns import REAL_RUNS
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from realruns import REPO
+from .realruns import REPO
 
 # Every format the CLI exports, and the consumer that judges it (a new CLI format fails
 # test_every_cli_format_is_covered until it is added here with its checks).

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import upstream_polytrace as up
+from . import upstream_polytrace as up
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -27,10 +27,11 @@ from typing import Any
 
 import pytest
 import scipy.stats
-import upstream_polytrace as up
-from defects import cases
-from harness import EXPORT_FORMATS, Build, Verdicts, measure
-from realruns import REAL_RUNS, RealRun, upstream_config
+
+from . import upstream_polytrace as up
+from .defects import cases
+from .harness import EXPORT_FORMATS, Build, Verdicts, measure
+from .realruns import REAL_RUNS, RealRun, upstream_config
 
 pytestmark = [pytest.mark.xdist_group("conformance"), pytest.mark.real_logs]
 
@@ -311,7 +312,7 @@ def test_vidur_request_interval_generator_reads_the_files_meant_for_it(
 
 def test_every_known_defect_names_a_case() -> None:
     """A stale line in defects.py (a renamed check or run) would silently stop marking anything."""
-    import defects
+    from . import defects
 
     checks = {m.group(1) for m in re.finditer(r'cases\("(\w+)"', Path(__file__).read_text())}
     for check, run_id in defects.KNOWN_DEFECTS:

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import upstream_polytrace as up
-from realruns import REAL_RUNS, RealRun, upstream_config
+
+from . import upstream_polytrace as up
+from .realruns import REAL_RUNS, RealRun, upstream_config
 
 pytestmark = pytest.mark.xdist_group("conformance")
 

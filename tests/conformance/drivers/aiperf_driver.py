@@ -30,8 +30,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-# Before anything imports huggingface_hub: a private cache, and never the network.
-os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="aiperf-hf-home-")
+# Before anything imports huggingface_hub: a private cache (in the working directory, which the suite
+# removes afterwards), and never the network.
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="aiperf-hf-home-", dir=os.getcwd())
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 TOKENIZER_REPO = "polytrace/conformance-bpe"

@@ -1,8 +1,10 @@
 """Conformance fixtures: build a warehouse from the real PolyTrace runs through the CLI, fit, export every
 format with default options, and run each consumer's driver once over every exported file.
 
-Everything expensive is session-scoped, and every conformance test is in the ``conformance`` xdist group,
-so under ``-n 2 --dist loadgroup`` one worker builds it once.
+Everything expensive is done once per test run: session-scoped, and under xdist shared by the workers
+through a file lock and a directory beside their base temp dirs (``harness.once``). The ``xdist_group``
+marks alone do not do it: with pytest 9.2, xdist 3.8 cannot rename node ids, so ``--dist loadgroup`` no
+longer keeps a group on one worker.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from _ci import skip_or_fail
 
 from . import consumers
-from .harness import EXPORT_FORMATS, REPORT_ENV, Build, Verdicts, cli
+from .harness import EXPORT_FORMATS, REPORT_ENV, Build, Verdicts, cli, once
 from .realruns import REAL_RUNS
 
 
@@ -52,23 +54,24 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 @pytest.fixture(scope="session")
 def build(real_logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Build:
-    """Ingest each real run (``polytrace ingest DIR --run-id ID``), fit them all, export every format."""
-    root = tmp_path_factory.mktemp("conformance")
-    wh = root / "warehouse"
-    for run in REAL_RUNS:
-        d = real_logs / run.rel_path
-        if not d.is_dir():
-            skip_or_fail(f"real run not found: {d}")
-        cli("ingest", d, "--run-id", run.run_id, "--warehouse", wh, "--quiet")
-    spec_path = root / "spec.json"
-    b = Build(root, wh, spec_path, {})
-    b.logs.append(cli("fit", "--warehouse", wh, "--out", spec_path).stdout)
-    b.spec = json.loads(spec_path.read_text())
-    for fmt in EXPORT_FORMATS:
-        out = root / "exports" / fmt
-        b.logs.append(cli("export", "--spec", spec_path, "--format", fmt, "--out", out).stdout)
-        b.exports[fmt] = out
-    return b
+    """Ingest each real run (``polytrace ingest DIR --run-id ID``), fit them all, export every format
+    (once per test run, shared by the xdist workers)."""
+
+    def make(root: Path) -> dict[str, Any]:
+        wh = root / "warehouse"
+        for run in REAL_RUNS:
+            d = real_logs / run.rel_path
+            if not d.is_dir():
+                skip_or_fail(f"real run not found: {d}")
+            cli("ingest", d, "--run-id", run.run_id, "--warehouse", wh, "--quiet")
+        logs = [cli("fit", "--warehouse", wh, "--out", root / "spec.json").stdout]
+        for fmt in EXPORT_FORMATS:
+            logs.append(cli("export", "--spec", root / "spec.json", "--format", fmt, "--out", root / "exports" / fmt).stdout)
+        return {"logs": logs}
+
+    root, made = once(tmp_path_factory, "build", make)
+    return Build(root, root / "warehouse", root / "spec.json", json.loads((root / "spec.json").read_text()),
+                 {fmt: root / "exports" / fmt for fmt in EXPORT_FORMATS}, made["logs"])
 
 
 @pytest.fixture(scope="session")
@@ -118,23 +121,26 @@ def vidur_files(build: Build) -> dict[str, list[Path]]:
     return _files(build, "vidur", "*.csv")
 
 
-def _run(c: consumers.Consumer, jobs: list[dict[str, Any]]) -> Verdicts:
-    return {(j["check"], j["file"]): v for j, v in zip(jobs, consumers.run_driver(c, jobs), strict=True)}
+def _run(tmp_path_factory: pytest.TempPathFactory, name: str, c: consumers.Consumer,
+         jobs: list[dict[str, Any]]) -> Verdicts:
+    """One driver run over ``jobs`` per test run (shared by the xdist workers)."""
+    _, verdicts = once(tmp_path_factory, name, lambda _d: consumers.run_driver(c, jobs))
+    return {(j["check"], j["file"]): v for j, v in zip(jobs, verdicts, strict=True)}
 
 
 @pytest.fixture(scope="session")
 def aiperf_verdicts(aiperf: consumers.Consumer, aiperf_files: dict[str, list[Path]],
-                    mooncake_files: dict[str, list[Path]]) -> Verdicts:
+                    mooncake_files: dict[str, list[Path]], tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     jobs = [{"check": "sequence_distribution", "file": str(p)} for ps in aiperf_files.values() for p in ps]
     jobs += [{"check": "mooncake", "file": str(p)} for ps in mooncake_files.values() for p in ps]
-    return _run(aiperf, jobs)
+    return _run(tmp_path_factory, "aiperf_verdicts", aiperf, jobs)
 
 
 VIDUR_CHECKS = ("trace_replay", "request_length", "request_interval")
 
 
 @pytest.fixture(scope="session")
-def vidur_verdicts(vidur: consumers.Consumer, vidur_files: dict[str, list[Path]]) -> Verdicts:
+def vidur_verdicts(vidur: consumers.Consumer, vidur_files: dict[str, list[Path]],
+                   tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     jobs = [{"check": c, "file": str(p)} for ps in vidur_files.values() for p in ps for c in VIDUR_CHECKS]
-    return _run(vidur, jobs)
-
+    return _run(tmp_path_factory, "vidur_verdicts", vidur, jobs)

@@ -7,10 +7,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from .consumers import _locked
 from .realruns import REPO
 
 # Every format the CLI exports, and the consumer that judges it (a new CLI format fails
@@ -71,3 +75,18 @@ def measure(**fields: Any) -> None:
     if path:
         with open(path, "a") as fh:
             fh.write(json.dumps(fields, default=str) + "\n")
+
+
+def once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Any]) -> tuple[Path, Any]:
+    """``make(directory)`` once per test run, its JSON-able result shared by every xdist worker: the first
+    to take the lock makes it, the others wait and read it. Returns (directory, result)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the workers' base temp dirs are siblings: popen-gw0, popen-gw1
+    d = base / "conformance-shared" / name
+    done = d.with_name(name + ".json")
+    with _locked(d.with_name(name + ".lock")):
+        if not done.exists():
+            d.mkdir(parents=True, exist_ok=True)
+            done.write_text(json.dumps(make(d)))
+    return d, json.loads(done.read_text())

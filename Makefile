@@ -1,4 +1,4 @@
-# Everything a fresh clone needs: `make demo`, `make test`, `make ui`, `make bench`.
+# Everything a fresh clone needs: `make demo`, `make test`, `make ui`, `make bench`, `make conformance`.
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export POLARS_MAX_THREADS ?= 2
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install test demo ui bench lint clean lock fuzz
+.PHONY: install test demo ui bench lint clean lock fuzz conformance conformance-env
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"Python 3.11 needed, found {sys.version}"'
@@ -21,6 +21,15 @@ install: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check analyses pipelines tests benchmarks sample_logs
 	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+# Consumer tools (aiperf, vidur) in their own cached venvs under ~/.cache/polytrace-conformance
+# ($$POLYTRACE_CONFORMANCE_CACHE), never in .venv; a no-op once installed (keyed by version and lock file).
+conformance-env: $(STAMP)
+	$(PY) tests/conformance/consumers.py install
+
+# Exports of the real PolyTrace runs handed to their consumers (docs/conformance.md); also part of `make test`.
+conformance: conformance-env
+	$(PY) -m pytest tests/conformance -q
 
 demo: $(STAMP)
 	@mkdir -p $(DAGSTER_HOME)

@@ -1,0 +1,218 @@
+"""Consumer tools from PyPI, each in its own cached virtual environment (never the project's).
+
+``aiperf`` and ``vidur`` are about 1.2 GB each once installed, so each lives in
+``~/.cache/polytrace-conformance/<tool>-<version>/`` (``$POLYTRACE_CONFORMANCE_CACHE`` to move it),
+created on first use with ``pip install -c locks/<tool>-<version>.txt <tool>==<version>`` (the lock pins
+every transitive package as installed when the version was chosen), and reused while the lock file is
+unchanged (its hash is stamped in the environment). A file lock makes concurrent first uses wait for one
+install. Drivers (``drivers/<tool>_driver.py``) run under the environment's python, import nothing from
+the project, load files with the tool's own classes and print JSON verdicts.
+
+    python tests/conformance/consumers.py install [TOOL ...]   # what `make conformance-env` runs
+    python tests/conformance/consumers.py info                 # versions, paths, sizes
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+INSTALL_TIMEOUT_S = 1800
+DRIVER_TIMEOUT_S = 1200
+
+
+class ConsumerUnavailable(RuntimeError):
+    """The consumer's environment could not be created (the message carries pip's last lines)."""
+
+
+class DriverFailed(RuntimeError):
+    """A driver crashed instead of printing verdicts."""
+
+
+@dataclass(frozen=True)
+class Consumer:
+    name: str
+    version: str
+    loaders: tuple[str, ...]  # what its driver exercises, for the report
+
+    @property
+    def lock(self) -> Path:
+        return HERE / "locks" / f"{self.name}-{self.version}.txt"
+
+    @property
+    def driver(self) -> Path:
+        return HERE / "drivers" / f"{self.name}_driver.py"
+
+    @property
+    def env_dir(self) -> Path:
+        return cache_root() / f"{self.name}-{self.version}"
+
+    @property
+    def python(self) -> Path:
+        return self.env_dir / "bin" / "python"
+
+    def lock_hash(self) -> str:
+        return hashlib.sha256(self.lock.read_bytes()).hexdigest()
+
+
+CONSUMERS: dict[str, Consumer] = {c.name: c for c in (
+    Consumer("aiperf", "0.13.0", ("aiperf.common.models.sequence_distribution.DistributionParser.parse",
+                                  "aiperf.dataset.loader.models.MooncakeTrace",
+                                  "aiperf.dataset.loader.mooncake_trace.MooncakeTraceDatasetLoader")),
+    Consumer("vidur", "0.0.26", ("vidur.request_generator.TraceReplayRequestGenerator",
+                                 "vidur.request_generator.TraceRequestLengthGenerator",
+                                 "vidur.request_generator.TraceRequestIntervalGenerator")),
+)}
+
+
+def cache_root() -> Path:
+    env = os.environ.get("POLYTRACE_CONFORMANCE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "polytrace-conformance"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _stamp(c: Consumer) -> Path:
+    return c.env_dir / ".polytrace-installed"
+
+
+def is_installed(c: Consumer) -> bool:
+    s = _stamp(c)
+    return c.python.exists() and s.exists() and json.loads(s.read_text()).get("lock_sha256") == c.lock_hash()
+
+
+def _base_python() -> str:
+    """A Python 3.11 to build the environment from (the one running us when it is 3.11)."""
+    if sys.version_info[:2] == (3, 11):
+        return sys.executable
+    found = shutil.which("python3.11")
+    if not found:
+        raise ConsumerUnavailable("no Python 3.11 to create the consumer environments with")
+    return found
+
+
+def ensure(c: Consumer, log: Path | None = None) -> Path:
+    """The consumer's python, installing its environment first when needed (ConsumerUnavailable if impossible)."""
+    if is_installed(c):
+        return c.python
+    with _locked(cache_root() / f".{c.name}-{c.version}.lock"):
+        if is_installed(c):  # another process finished it while we waited
+            return c.python
+        shutil.rmtree(c.env_dir, ignore_errors=True)
+        log = log or cache_root() / f"{c.name}-{c.version}.install.log"
+        t0 = time.monotonic()
+        steps = [[_base_python(), "-m", "venv", str(c.env_dir)],
+                 [str(c.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
+                  "-c", str(c.lock), f"{c.name}=={c.version}"]]
+        with open(log, "w") as fh:
+            for cmd in steps:
+                fh.write("$ " + " ".join(cmd) + "\n")
+                fh.flush()
+                try:
+                    rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=INSTALL_TIMEOUT_S,
+                                        env=_clean_env()).returncode
+                except subprocess.TimeoutExpired:
+                    rc = -1
+                if rc != 0:
+                    shutil.rmtree(c.env_dir, ignore_errors=True)
+                    tail = [ln for ln in log.read_text().splitlines() if not ln.startswith("WARNING: Location")][-15:]
+                    raise ConsumerUnavailable(f"{c.name}=={c.version}: `{' '.join(cmd[:4])} ...` failed (rc {rc}); "
+                                              f"log {log}:\n" + "\n".join(tail))
+        _stamp(c).write_text(json.dumps({"lock_sha256": c.lock_hash(), "install_s": round(time.monotonic() - t0, 1),
+                                         "size_mb": round(_size(c.env_dir) / 2**20)}))
+        return c.python
+
+
+def _size(path: Path) -> int:
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment minus what would leak the project into the consumer's interpreter."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
+    env.update(HF_HUB_DISABLE_TELEMETRY="1", DO_NOT_TRACK="1", WANDB_MODE="disabled", PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def run_driver(c: Consumer, jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run the consumer's driver over ``jobs`` (one verdict each, in order)."""
+    python = ensure(c)
+    with tempfile.TemporaryDirectory(prefix=f"conformance-{c.name}-") as tmp:
+        jobs_file = Path(tmp) / "jobs.json"
+        jobs_file.write_text(json.dumps(list(jobs)))
+        proc = subprocess.run([str(python), str(c.driver), str(jobs_file)], cwd=tmp, capture_output=True, text=True,
+                              timeout=DRIVER_TIMEOUT_S, env=_clean_env())
+    if proc.returncode != 0:
+        raise DriverFailed(f"{c.driver.name} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    try:
+        verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError) as exc:
+        raise DriverFailed(f"{c.driver.name} printed no verdicts:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}") from exc
+    if len(verdicts) != len(jobs):
+        raise DriverFailed(f"{c.driver.name}: {len(jobs)} jobs but {len(verdicts)} verdicts")
+    return verdicts
+
+
+def info() -> list[dict[str, Any]]:
+    out = []
+    for c in CONSUMERS.values():
+        row: dict[str, Any] = {"tool": c.name, "version": c.version, "env": str(c.env_dir), "installed": is_installed(c)}
+        if row["installed"]:
+            row.update(json.loads(_stamp(c).read_text()))
+        out.append(row)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    cmd, names = (args[0] if args else "info"), args[1:]
+    if cmd == "install":
+        todo = [CONSUMERS[n] for n in (names or CONSUMERS)]
+
+        def one(c: Consumer) -> str:
+            t0 = time.monotonic()
+            was = is_installed(c)
+            ensure(c)
+            return f"{c.name}=={c.version}: {'cached' if was else 'installed'} in {time.monotonic() - t0:.0f} s at {c.env_dir}"
+
+        failed = 0
+        with ThreadPoolExecutor(max_workers=len(todo) or 1) as ex:
+            for c, fut in [(c, ex.submit(one, c)) for c in todo]:
+                try:
+                    print(fut.result(), flush=True)
+                except ConsumerUnavailable as exc:
+                    failed += 1
+                    print(f"{c.name}: install failed: {exc}", file=sys.stderr, flush=True)
+        return 1 if failed else 0
+    if cmd == "info":
+        print(json.dumps(info(), indent=1))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

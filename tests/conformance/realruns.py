@@ -1,0 +1,62 @@
+"""The real PolyTrace runs the conformance suite exports from, and which upstream config each goes with.
+
+One registry: every conformance test that needs a real run, its directory, its upstream config or its
+batch shape reads it from :data:`REAL_RUNS`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import upstream_polytrace as up
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class RealRun:
+    run_id: str  # the run id we ingest it under (also its export subdirectory)
+    rel_path: str  # under ../shared/real_logs
+    config: str  # upstream config (configs/<name>.yaml) that names this kind of workload
+    multi_turn: bool
+    prompts_per_step: int  # the recorded batch: prompts x samples per prompt
+    samples_per_prompt: int
+
+
+class _Runs(tuple):
+    def by_id(self, run_id: str) -> RealRun:
+        for r in self:
+            if r.run_id == run_id:
+                return r
+        raise KeyError(run_id)
+
+
+# Each config's own workload_path ends in the directory name of one of these; dapo-0610 is a second,
+# earlier DAPO run with no config of its own, so it is held to the DAPO config.
+REAL_RUNS: _Runs = _Runs((
+    RealRun("verl-video", "polytrace/verl-video/profile/packed_length_log/20260609_033329", "verl_video_qwen2_5_vl_7b",
+            False, 64, 8),
+    RealRun("dapo-0610", "polytrace/verl/profile/packed_length_log/20260610_092349", "verl_dapo_qwen2_5_32b", False, 96, 8),
+    RealRun("dapo-0614", "polytrace/verl/profile/packed_length_log/20260614_023133", "verl_dapo_qwen2_5_32b", False, 96, 8),
+    RealRun("rllm", "polytrace/rllm/profile/packed_length_log/20260616_024512", "rllm_deepcoder_14b_16k", False, 16, 8),
+    RealRun("search-r1", "polytrace/search_r1/profile/multiturn_workload_log/0617_0223", "search_r1_qwen2_5_7b",
+            True, 256, 8),
+))
+
+
+def upstream_dir(real_logs: Path) -> Path:
+    """``../shared/upstream/PolyTrace`` (or ``$POLYTRACE_UPSTREAM``)."""
+    env = os.environ.get("POLYTRACE_UPSTREAM")
+    return Path(env) if env else real_logs.parent / "upstream" / "PolyTrace"
+
+
+def upstream_config(name: str, real_logs: Path) -> dict[str, Any]:
+    path = upstream_dir(real_logs) / "configs" / f"{name}.yaml"
+    if not path.is_file():
+        from _ci import skip_or_fail
+
+        skip_or_fail(f"upstream config not found: {path} (set POLYTRACE_UPSTREAM)")
+    return up.load_config(path)

@@ -101,6 +101,15 @@ STEP_METRICS = Table(
         "line_no": I64,
     },
     key=("run_id", "step", "metric", "is_validation"),
+    docs={
+        'step': 'training step the metric was logged for (as the log numbers it)',
+        'metric': 'canonical name (analyses.steps: timing/* -> timing_s/*, framework aliases -> one name)',
+        'value': 'the logged number (float64; a non-numeric value is a `rejects` row instead)',
+        'raw_metric': 'the name as written in the log',
+        'is_validation': 'a validation metric (val-*, val/*, test_score/*), logged at validation steps',
+        'path': 'the input file it came from (relative to the run)',
+        'line_no': 'line (or record) of that file, 1-based',
+    },
 )
 
 STEPS = Table(
@@ -134,6 +143,32 @@ STEPS = Table(
         "truncated_line": B,  # the step's log line was cut by the console capture
     },
     key=("run_id", "step"),
+    docs={
+        'step': 'training step',
+        'step_time_s': 'wall seconds of the step, from the best source the log has (see step_time_source)',
+        'step_time_source': "logged (the trainer's own step time), tqdm_elapsed / tqdm_rate (the progress bar), sum_of_stages (the stage times added), log_ts_diff (time between consecutive step lines)",
+        'gen_time_s': 'rollout (generation) seconds: timing_s/gen or its aliases (analyses.steps.STEP_COLUMNS)',
+        'reward_time_s': 'reward computation seconds (timing_s/reward)',
+        'old_log_prob_time_s': "seconds recomputing the old policy's log-probs (timing_s/old_log_prob)",
+        'ref_time_s': 'reference-model log-prob seconds (timing_s/ref)',
+        'values_time_s': 'critic value seconds (timing_s/values)',
+        'adv_time_s': 'advantage computation seconds (timing_s/adv)',
+        'update_actor_time_s': 'actor update (training) seconds (timing_s/update_actor)',
+        'update_critic_time_s': 'critic update seconds (timing_s/update_critic)',
+        'tool_time_s': "tool-call seconds of the step (timing_s/tool_calls, or the slowest agent loop's)",
+        'total_tokens': 'tokens processed in the step (perf/total_num_tokens, or the difference of a cumulative counter)',
+        'throughput_tokens_per_s': "the job's tokens per second: total_tokens / step_time_s (verl's per-GPU perf/throughput stays in step_metrics)",
+        'response_len_mean': "mean response length of the step's batch (tokens; response_length/mean)",
+        'response_len_max': 'longest response of the batch (tokens)',
+        'response_len_min': 'shortest response of the batch (tokens)',
+        'response_clip_ratio': 'share of responses cut at the length cap (response_length/clip_ratio)',
+        'prompt_len_mean': 'mean prompt length of the batch (tokens)',
+        'prompt_len_max': 'longest prompt (tokens)',
+        'prompt_len_min': 'shortest prompt (tokens)',
+        'ts': 'wall-clock time the step was logged, when the log says it (UTC)',
+        'has_validation': 'validation metrics were logged at this step',
+        'truncated_line': "the step's log line was cut by the console capture (its tail is a `rejects` row)",
+    },
 )
 
 SAMPLES = Table(
@@ -180,6 +215,16 @@ TURNS = Table(
         "finish_reason": S,
     },
     key=("run_id", "step", "sample_id", "turn"),
+    docs={
+        'step': 'training step of the trajectory',
+        'sample_id': 'the trajectory (a `samples` row)',
+        'turn': 'turn index within the trajectory, from 0',
+        'prompt_tokens': 'context tokens sent to the engine for this turn (prompt plus earlier turns and tool results)',
+        'cached_tokens': 'of those, tokens served from the prefix cache',
+        'completion_tokens': 'tokens the model generated in this turn',
+        'engine_latency_s': 'inference engine seconds for this turn',
+        'finish_reason': 'why generation stopped (stop, length, tool_call, ...)',
+    },
 )
 
 TOOL_CALLS = Table(
@@ -197,6 +242,16 @@ TOOL_CALLS = Table(
         "response_tokens": I64,
     },
     key=("run_id", "step", "sample_id", "turn", "call_index"),
+    docs={
+        'step': 'training step of the trajectory',
+        'sample_id': 'the trajectory (a `samples` row)',
+        'turn': 'the turn that issued the call',
+        'call_index': 'order of the call within its turn, from 0',
+        'tool_name': 'the tool called (search, code, ...)',
+        'latency_s': 'seconds until the tool answered',
+        'status': 'how the call ended; success / ok / succeeded are successes (TOOL_OK_STATUSES), any other value a failure, NULL unknown',
+        'response_tokens': "tokens of the tool's answer appended to the context",
+    },
 )
 
 # tool_calls.status values that mean the call returned normally (compared lower-cased); any other
@@ -256,6 +311,19 @@ FILTER_BATCHES = Table(
         "workload_step": I64,  # the packed_lengths_step_N file holding this generation batch
     },
     key=("run_id", "trainer_step", "gen_batch"),
+    docs={
+        'trainer_step': 'the training step these generation batches fed',
+        'gen_batch': 'generation batch within the trainer step, from 1',
+        'prompts_generated': 'prompts sampled in the batch',
+        'prompts_kept': 'prompts that passed the filter (e.g. non-zero reward variance)',
+        'prompts_used': 'kept prompts that went into the training batch (kept beyond the batch size are surplus)',
+        'train_batch_size': 'prompts per training batch',
+        'samples_generated': 'responses generated (prompts x n)',
+        'samples_kept': 'responses of the kept prompts',
+        'path': 'the input file (dapo_filter_indices.jsonl)',
+        'line_no': 'its line',
+        'workload_step': 'the packed_lengths_step_N file holding this generation batch',
+    },
 )
 
 STEP_WINDOWS = Table(
@@ -270,6 +338,13 @@ STEP_WINDOWS = Table(
         "method": S,  # how the window was obtained
     },
     key=("run_id", "step"),
+    docs={
+        'step': 'training step',
+        'start_ts': 'when the step started (UTC)',
+        'end_ts': 'when it ended (UTC); telemetry samples in [start_ts, end_ts) belong to the step',
+        'rollout_end_ts': 'when its rollout (generation) ended, when the log gives a generation time',
+        'method': 'how the window was obtained: log timestamps, wandb history, or started_at plus cumulative step times',
+    },
 )
 
 REJECTS = Table(
@@ -281,6 +356,12 @@ REJECTS = Table(
         "line_no": I64,
         "reason": S,
         "raw": S,  # first 500 characters
+    },
+    docs={
+        "path": "the input file (relative to the run)",
+        "line_no": "line (or record) of that file, 1-based",
+        "reason": "why it was rejected (a short code and detail)",
+        "raw": "the rejected text, cut at RAW_MAX_CHARS characters",
     },
 )
 

@@ -14,8 +14,8 @@ order from that step's stream; the mapping from uniforms to lengths is vectorise
 (seed, step) rows at once, element by element, so a row of :func:`draw_steps` equals what
 :func:`generate` gives for its seed.
 
-Per step: two level effects (response lengths, tool latency; both always drawn), the group
-copula's latents, then (multi-turn) turn counts, tool calls, completions, latencies, results and
+Per step: two level effects (response lengths, tool latency; both always drawn), whether the
+step is a heavy-tailed one (draws its extremes from the recorded ones), the group copula's latents, then (multi-turn) turn counts, tool calls, completions, latencies, results and
 failures, then reward times. Per replay: the two levels' own uncertainty.
 """
 
@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from scipy import special
 
 from analyses.fit.continuous import ContinuousFit, apply_bounds
 from analyses.fit.drift import DriftModel
@@ -67,12 +68,14 @@ def steps_for(workload: dict[str, Any], n_steps: int) -> list[int]:
     return list(range(first, first + int(n_steps)))
 
 
-def scaled_ppf(m: Any, u: np.ndarray, factor: np.ndarray | float, cap: float | None = None) -> np.ndarray:
-    """Quantiles of marginal ``m`` at ``u``, scaled by a step's level ``factor`` and cut at the cap."""
+def scaled_ppf(m: Any, u: np.ndarray, factor: np.ndarray | float, cap: float | None = None,
+               heavy: np.ndarray | bool = False) -> np.ndarray:
+    """Quantiles of marginal ``m`` at ``u``, scaled by a step's level ``factor`` and cut at the cap
+    (``heavy``: the steps that draw their extremes from the recorded ones)."""
     if isinstance(m, ContinuousFit):
         return apply_bounds(m.ppf_raw(u) * factor, m.lower, m.censor_at, m.integer)
     if isinstance(m, EmpiricalTailFit):
-        return m.ppf(u, factor)
+        return m.ppf(u, factor, heavy)
     v = np.rint(np.asarray(m.ppf(u), dtype=float) * factor)
     return np.minimum(v, cap) if cap is not None else v
 
@@ -126,6 +129,19 @@ class StepDraws:
         return self.detail[row]["calls"]["latency_s"] if self.detail and "calls" in self.detail[row] else np.zeros(0)
 
 
+def _replay(c: Compiled, seed: int, key: str) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Per level model (responses, tool latency): this replay's level offset and step sd."""
+    rng = replay_rng(seed, key)
+    z, chi = rng.standard_normal(2), rng.random(2)
+    out = []
+    for i, m in enumerate((c.drift, c.lat_drift)):
+        nu = m.posterior_dof
+        x2 = float(special.chdtri(nu, 1.0 - chi[i])) if nu > 0 else 0.0  # the chi2(nu) quantile at chi[i]
+        step_sd, level_se = m.replay(x2)
+        out.append((float(z[i]) * level_se, step_sd))
+    return out[0], out[1]
+
+
 def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[int], key: str | None = None,
                compiled: Compiled | None = None) -> StepDraws:
     """Every (seed, step) of ``seeds x steps`` at once (see the module text)."""
@@ -133,14 +149,17 @@ def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[i
     key = key or workload_key(workload)
     steps, seeds = [int(k) for k in steps], [int(s) for s in seeds]
     rows = [(sd, k) for sd in seeds for k in steps]
-    level = {sd: replay_rng(sd, key).standard_normal(2) for sd in seeds}
-    log_f, log_lat = np.empty(len(rows)), np.empty(len(rows))
+    replays = {sd: _replay(c, sd, key) for sd in seeds}
+    log_f, log_lat, heavy = np.empty(len(rows)), np.empty(len(rows)), np.zeros(len(rows), bool)
+    heavy_prob = float(getattr(c.mr, "heavy_prob", 0.0))
     ups, urs, gms, rngs = [], [], [], []
     for r, (sd, k) in enumerate(rows):
         rng = step_rng(sd, key, k)
         eta = rng.standard_normal(2)
-        log_f[r] = float(c.drift.log_factor(k)) + level[sd][0] * c.drift.level_se + eta[0] * c.drift.step_sd
-        log_lat[r] = float(c.lat_drift.log_factor(k)) + level[sd][1] * c.lat_drift.level_se + eta[1] * c.lat_drift.step_sd
+        heavy[r] = rng.random() < heavy_prob
+        (d0, sd0), (d1, sd1) = replays[sd]
+        log_f[r] = float(c.drift.log_factor(k)) + d0 + eta[0] * sd0
+        log_lat[r] = float(c.lat_drift.log_factor(k)) + d1 + eta[1] * sd1
         if c.gm is not None:
             gms.append(c.gm.sample(rng, c.N))
         else:
@@ -157,7 +176,7 @@ def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[i
     else:
         up_all, ur_all = np.stack(ups), np.stack(urs)
         prompt_g = np.maximum(np.rint(c.mp.ppf(up_all)), 1.0)
-        resp = scaled_ppf(c.mr, ur_all, factor, c.cap)
+        resp = scaled_ppf(c.mr, ur_all, factor, c.cap, heavy[:, None])
     out = StepDraws(seeds, steps, np.repeat(prompt_g, c.n, axis=1), resp, c.dp_index, c.n_dp)
     details: list[dict[str, Any]] = [{} for _ in rows]
     if c.multi:

@@ -43,6 +43,7 @@ from scipy import special, stats
 from analyses.fit.continuous import json_safe
 
 MIN_UNCENSORED_SHARE = 0.25  # below this the attenuation correction would only amplify noise
+PRIOR_DOF = 2.0  # the prior on the step levels' residual variance weighs as much as 2 steps
 MIN_TREND_STEPS = 5  # a slope needs at least 3 residual degrees of freedom to be told from step noise
 
 
@@ -60,6 +61,30 @@ class DriftModel:
     level_se: float = 0.0  # uncertainty of the level (latent log scale), drawn once per replay
     slope_raw: float = 0.0  # least-squares slope before shrinkage (latent log scale)
     shrinkage: float = 0.0  # the factor applied to slope_raw (0 = no trend, 1 = the raw slope)
+    dof: float = 0.0  # degrees of freedom of level_var (0: use the point estimates)
+    level_var: float = 0.0  # residual variance of the step levels around the trend (tau^2 + sampling)
+    sampling_var: float = 0.0  # mean sampling variance of a step level
+    n_steps: int = 0
+
+    @property
+    def posterior_dof(self) -> float:
+        return self.dof + PRIOR_DOF if self.n_steps > 0 else 0.0
+
+    def replay(self, chi2: float) -> tuple[float, float]:
+        """(step_sd, level_se) of one replay, given a chi-square(``posterior_dof``) draw.
+
+        The residual variance of the step levels is not known, only estimated from ``dof``
+        degrees of freedom (one, with 2 fitted steps). Each replay draws it from its posterior
+        under the conjugate scaled-inverse-chi-square prior centred on ``sampling_var`` -- steps
+        that differ by sampling alone -- with the weight of ``PRIOR_DOF`` steps; so a replay of a
+        model fitted on few steps may vary more than the point estimate says, and a long run's
+        replays all vary as its steps did."""
+        nu = self.posterior_dof
+        if nu <= 0 or chi2 <= 0:
+            return self.step_sd, self.level_se
+        s2_post = (self.dof * self.level_var + PRIOR_DOF * self.sampling_var) / nu
+        s2 = s2_post * nu / chi2
+        return math.sqrt(max(0.0, s2 - self.sampling_var)), math.sqrt(s2 / self.n_steps)
 
     def log_factor(self, step: int | np.ndarray) -> np.ndarray:
         if self.slope == 0:
@@ -87,6 +112,10 @@ class DriftModel:
                 "level_se": self.level_se,
                 "slope_raw": self.slope_raw,
                 "shrinkage": self.shrinkage,
+                "dof": self.dof,
+                "level_var": self.level_var,
+                "sampling_var": self.sampling_var,
+                "n_steps": self.n_steps,
             }
         )
 
@@ -97,7 +126,8 @@ class DriftModel:
         return cls(d["kind"], float(d["intercept"]), float(d["slope_per_step"]), float(d["reference_log_scale"]),
                    int(d["step_min"]), int(d["step_max"]), float(d.get("t_stat") or 0.0), list(d.get("windows") or []),
                    float(d.get("step_sd") or 0.0), float(d.get("level_se") or 0.0), float(d.get("slope_raw") or 0.0),
-                   float(d.get("shrinkage") or 0.0))
+                   float(d.get("shrinkage") or 0.0), float(d.get("dof") or 0.0), float(d.get("level_var") or 0.0),
+                   float(d.get("sampling_var") or 0.0), int(d.get("n_steps") or 0))
 
 
 def none_model(step_min: int, step_max: int) -> DriftModel:
@@ -154,7 +184,8 @@ def fit_drift(steps: np.ndarray, values: np.ndarray, groups: np.ndarray | None =
     b = shrink * b_raw
     resid = lev - mean_l - b * c
     dof = m - 1 - shrink
-    tau2 = max(0.0, float(np.sum(resid**2)) / dof - float(np.mean(v))) if dof > 0 else 0.0
+    s2 = float(np.sum(resid**2)) / dof if dof > 0 else 0.0
+    tau2 = max(0.0, s2 - float(np.mean(v)))
     level_se = math.sqrt((tau2 + float(np.mean(v))) / m)
     blup = resid * (tau2 / (tau2 + v)) if tau2 > 0 else np.zeros(m)
     offsets = (b * c + blup) / att
@@ -163,5 +194,5 @@ def fit_drift(steps: np.ndarray, values: np.ndarray, groups: np.ndarray | None =
     slope = b / att
     model = DriftModel("linear_log_scale" if slope != 0 else "none", mean_l - slope * center, slope, mean_l,
                        int(uniq[0]), int(uniq[-1]), float(t), windows, math.sqrt(tau2) / att, level_se / att,
-                       b_raw / att, shrink)
+                       b_raw / att, shrink, max(dof, 0.0), s2 / att**2, float(np.mean(v)) / att**2, m)
     return model, {int(k): float(o) for k, o in zip(ks, offsets, strict=True)}

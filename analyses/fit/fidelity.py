@@ -107,7 +107,7 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress
     records = []
     for fitted, predicted in plan:
         fs, ft, fc = real.frames(fitted)
-        wl = fit_workload_selected(fs, turns=ft, tool_calls=fc, run_id=fr.run_id, task=fr.task,
+        wl = fit_workload_selected(fs, real=real, turns=ft, tool_calls=fc, run_id=fr.run_id, task=fr.task,
                                    max_response_length=fr.max_response_length, for_export=False)
         hb = HistogramBaseline(fs, batch_shape(training_samples(fs)) | {"multi_turn": multi}, _call_latency(fc))
         o = score_draws(draw_steps(wl, predicted, seeds), real)

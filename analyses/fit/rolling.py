@@ -16,7 +16,7 @@ One protocol serves both the choice of a model inside the training steps
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,22 +143,23 @@ class Scored:
     ks_per_seed: dict[str, list[float]]
 
 
-def score_draws(d: StepDraws, real: RealSteps) -> Scored:
+def score_draws(d: StepDraws, real: RealSteps, ks: bool = True) -> Scored:
+    """One generator's scores on the steps of ``d`` (``ks=False``: the per-step statistics only)."""
     stats = ensemble_statistics(d, real.names)
     y = np.stack([real.stats[k] for k in d.steps])
     crps = np.stack([crps_ensemble(stats[:, j, :], y[j]) for j in range(len(d.steps))])
     cov = np.stack([covered90(stats[:, j, :], y[j]) for j in range(len(d.steps))])
-    ks: dict[str, list[float]] = {}
+    ks_pooled: dict[str, list[float]] = {}
     ks_seed: dict[str, list[float]] = {}
-    for var in KS_VARIABLES:
+    for var in KS_VARIABLES if ks else ():
         for j, k in enumerate(d.steps):
             rv = real.values[k].get(var)
             if rv is None:
                 continue
             p, s = ks_scores(d, j, var, rv)
-            ks.setdefault(var, []).append(p)
+            ks_pooled.setdefault(var, []).append(p)
             ks_seed.setdefault(var, []).append(s)
-    return Scored(list(d.steps), real.names, y, crps, cov, stats.mean(axis=0), ks, ks_seed)
+    return Scored(list(d.steps), real.names, y, crps, cov, stats.mean(axis=0), ks_pooled, ks_seed)
 
 
 def relative_crps(scored: Sequence[Scored]) -> float:
@@ -212,5 +213,3 @@ def _ks_means(scored: Sequence[Scored], attr: str) -> dict[str, list[float]]:
             out["_all"].extend(vals)
     return out
 
-
-Fitter = Callable[[list[int]], Any]

@@ -26,36 +26,51 @@ from analyses.fit.rolling import RealSteps, full_and_partial_steps, origins, rel
 from analyses.fit.workload import fit_workload, is_multi_turn, training_samples
 
 CANDIDATES: dict[str, dict[str, Any]] = {
-    "all/trimmed": {"window": "all", "trim": TRIM},
-    "recent/trimmed": {"window": "recent", "trim": TRIM},
-    "all/untrimmed": {"window": "all", "trim": 0.0},
-    "recent/untrimmed": {"window": "recent", "trim": 0.0},
+    "all/smooth": {"window": "all", "trim": TRIM, "heavy": False},
+    "all/heavy": {"window": "all", "trim": TRIM, "heavy": True},
+    "recent/smooth": {"window": "recent", "trim": TRIM, "heavy": False},
+    "recent/heavy": {"window": "recent", "trim": TRIM, "heavy": True},
 }
 MT_CANDIDATES: dict[str, dict[str, Any]] = {"pooled": {"by_turns": False}, "by_turns": {"by_turns": True}}
-DEFAULT, MT_DEFAULT = "all/trimmed", "pooled"
+DEFAULT, MT_DEFAULT = "all/smooth", "pooled"
 SELECTION_SEEDS = tuple(range(40))
 MAX_ORIGINS = 3  # the latest origins: what the next steps will most resemble, at a bounded cost
 
 
+def without_heavy_steps(w: dict[str, Any]) -> dict[str, Any]:
+    """``w`` with no heavy-tailed steps: what ``heavy=False`` fits, without fitting again."""
+    r = {**w["variables"]["response_tokens"], "heavy_prob": 0.0}
+    return {**w, "variables": {**w["variables"], "response_tokens": r}}
+
+
 def validate(samples: pl.DataFrame, kw: dict[str, Any], candidates: dict[str, dict[str, Any]],
-             seeds: tuple[int, ...] = SELECTION_SEEDS) -> dict[str, Any]:
-    """Rolling-origin relative CRPS of every candidate on ``samples`` (the fitted steps only)."""
+             seeds: tuple[int, ...] = SELECTION_SEEDS, real: RealSteps | None = None) -> dict[str, Any]:
+    """Rolling-origin relative CRPS of every candidate on ``samples`` (the fitted steps only);
+    ``real``: the run's steps already prepared (only the fitted ones are looked at)."""
     s = training_samples(samples)
     full, _ = full_and_partial_steps(s)
-    multi = is_multi_turn(s)
-    real = RealSteps.build(s.filter(pl.col("step").is_in(full)), kw.get("turns"), kw.get("tool_calls"), multi)
+    if real is None:
+        real = RealSteps.build(s.filter(pl.col("step").is_in(full)), kw.get("turns"), kw.get("tool_calls"), is_multi_turn(s))
     used = origins(full)[-MAX_ORIGINS:]
-    scored: dict[str, list] = {c: [] for c in candidates}
+    scored: dict[str, list | None] = {c: [] for c in candidates}
     for fitted, predicted in used:
         fs, ft, fc = real.frames(fitted)
+        fits: dict[str, dict[str, Any] | None] = {}  # candidates that differ only in heavy steps share a fit
         for name, opts in candidates.items():
-            try:
-                w = fit_workload(fs, **{**kw, "turns": ft, "tool_calls": fc, "for_export": False, **opts})
-            except ValueError:  # this candidate cannot be fitted here: it is not eligible
+            base = {k: v for k, v in opts.items() if k != "heavy"}
+            fkey = repr(sorted(base.items()))
+            if fkey not in fits:
+                try:
+                    fits[fkey] = fit_workload(fs, **{**kw, "turns": ft, "tool_calls": fc, "for_export": False, **base, "heavy": True})
+                except ValueError:  # this candidate cannot be fitted here: it is not eligible
+                    fits[fkey] = None
+            w = fits[fkey]
+            if w is None or scored[name] is None:
                 scored[name] = None
                 continue
-            if scored[name] is not None:
-                scored[name].append(score_draws(draw_steps(w, predicted, seeds), real))
+            if opts.get("heavy") is False:
+                w = without_heavy_steps(w)
+            scored[name].append(score_draws(draw_steps(w, predicted, seeds), real, ks=False))
     scores = {c: relative_crps(v) for c, v in scored.items() if v}
     return {"origins": [{"fitted_steps": f, "predicted_steps": p} for f, p in used], "seeds": len(seeds),
             "relative_crps": scores}
@@ -68,13 +83,14 @@ def choose(scores: dict[str, float], default: str) -> str:
     return min(scores, key=lambda c: (scores[c], c != default))
 
 
-def fit_workload_selected(samples: pl.DataFrame, **kw: Any) -> dict[str, Any]:
+def fit_workload_selected(samples: pl.DataFrame, real: RealSteps | None = None, **kw: Any) -> dict[str, Any]:
     """:func:`~analyses.fit.workload.fit_workload` with its options chosen by rolling-origin
-    validation inside the fitted steps (recorded under ``selection``)."""
+    validation inside the fitted steps (recorded under ``selection``); ``real``: the run's steps
+    already prepared for scoring (saves rebuilding them at every origin of a fidelity check)."""
     s = training_samples(samples)
     multi = is_multi_turn(s)
     candidates, default = (MT_CANDIDATES, MT_DEFAULT) if multi else (CANDIDATES, DEFAULT)
-    cv = validate(samples, kw, candidates) if s["step"].n_unique() >= 3 else {"origins": [], "relative_crps": {}}
+    cv = validate(samples, kw, candidates, real=real) if s["step"].n_unique() >= 3 else {"origins": [], "relative_crps": {}}
     best = choose(cv["relative_crps"], default)
     wl = fit_workload(samples, **{**kw, **candidates[best]})
     wl["selection"] = {"selected": best, "default": default, **cv}

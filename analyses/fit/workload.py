@@ -32,7 +32,7 @@ import polars as pl
 from analyses.fit.continuous import ContinuousFit, fit_continuous, infer_cap, json_safe
 from analyses.fit.discrete import CategoricalFit, DiscreteFit, fit_categorical, fit_discrete, is_categorical
 from analyses.fit.drift import DriftModel, fit_drift
-from analyses.fit.empirical import TRIM, EmpiricalTailFit, fit_empirical_tail
+from analyses.fit.empirical import TRIM, EmpiricalTailFit, fit_empirical_tail, heavy_step_share
 from analyses.fit.joint import GaussianMixture, GroupCopula, fit_gmm_bic, fit_group_copula
 from analyses.fit.tails import BodyTailFit
 from analyses.schema import TOOL_OK_STATUSES
@@ -125,7 +125,7 @@ def fit_values(x: np.ndarray, *, cap: float | None = None, integer: bool = True,
 
 
 def fit_response(steps: np.ndarray, groups: np.ndarray, resp: np.ndarray, cap: float | None, *,
-                 window: str = "all", trim: float = TRIM, for_export: bool = False,
+                 window: str = "all", trim: float = TRIM, heavy: bool = True, for_export: bool = False,
                  seed: int = 0) -> tuple[dict[str, Any], DriftModel, dict[int, float]]:
     """The response-length variable, its level model and each step's latent log offset.
 
@@ -142,6 +142,9 @@ def fit_response(steps: np.ndarray, groups: np.ndarray, resp: np.ndarray, cap: f
     off = np.exp(np.array([offsets.get(int(k), 0.0) for k in st])) if offsets else np.ones(r.size)
     cens = r >= cap if cap is not None else np.zeros(r.size, bool)
     m = fit_empirical_tail(r / off, cap, censored=cens, trim=trim)
+    if heavy and trim > 0 and m.extremes:
+        untrimmed = fit_empirical_tail(r / off, cap, censored=cens, trim=0.0)
+        m.heavy_prob = heavy_step_share(untrimmed, st, r / off, cens)
     d = m.to_dict()
     if for_export:
         d["scipy_fallback"] = _fallback(r, cap, seed, True)
@@ -160,6 +163,7 @@ def fit_workload(
     seed: int = 0,
     window: str = "all",
     trim: float = TRIM,
+    heavy: bool = True,
     by_turns: bool = False,
     for_export: bool = True,
 ) -> dict[str, Any]:
@@ -190,7 +194,7 @@ def fit_workload(
     prompt_first = first["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy()
     variables["prompt_tokens"] = fit_values(prompt_first, tail=False, for_export=for_export, seed=seed)
 
-    rvar, drift, offsets = fit_response(steps, groups, resp, cap, window=window, trim=trim,
+    rvar, drift, offsets = fit_response(steps, groups, resp, cap, window=window, trim=trim, heavy=heavy and not multi,
                                         for_export=for_export, seed=seed)
     rvar["censor_at"] = cap
     variables["response_tokens"] = rvar

@@ -139,7 +139,9 @@ def step_levels(steps: np.ndarray, groups: np.ndarray, values: np.ndarray, cap: 
     """(steps, l_k, v_k): per step the mean of group means of log(min(value, cap)) and its
     sampling variance ``var(group means) / G`` (NaN with a single group)."""
     y = np.log(np.maximum(np.minimum(values, cap) if cap is not None else values, 1.0))
-    _, gi = np.unique(np.column_stack([steps, groups]), axis=0, return_inverse=True)
+    _, g_code = np.unique(np.asarray(groups), return_inverse=True)
+    _, s_code = np.unique(steps, return_inverse=True)
+    _, gi = np.unique(s_code.ravel().astype(np.int64) * (int(g_code.max()) + 1) + g_code.ravel(), return_inverse=True)
     gi = gi.ravel()
     gmean = np.bincount(gi, weights=y) / np.bincount(gi)
     gstep = np.zeros(gmean.size, dtype=np.int64)

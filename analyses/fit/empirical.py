@@ -273,8 +273,9 @@ def fit_empirical_tail(x: np.ndarray, censor_at: float | None, *, censored: np.n
     y, yc = x[(x > u) & ~cens] - u, x[(x > u) & cens] - u
     extremes, cut_level = np.zeros(0), 1.0
     if trim > 0 and y.size > 2:
-        # bounded influence: the largest exceedances count only as "at least the trim point"
-        k_trim = int(np.floor(trim * (y.size + yc.size)))
+        # bounded influence: the largest exceedances count only as "at least the trim point";
+        # those cut at the cap already do, so only the rest of the trimmed share is trimmed
+        k_trim = int(np.floor(trim * (y.size + yc.size))) - yc.size
         if k_trim > 0:
             ys = np.sort(y)
             cut = ys[-k_trim - 1]

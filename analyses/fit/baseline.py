@@ -99,7 +99,7 @@ class HistogramBaseline:
         self.n_dp = ndp
 
     def draw(self, steps: Sequence[int], seeds: Sequence[int]) -> StepDraws:
-        G, n = self.G, self.n
+        n = self.n
         multi = bool(self.batch.get("multi_turn"))
         P, R, T, C, TT, det = [], [], [], [], [], []
         for sd in seeds:

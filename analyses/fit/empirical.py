@@ -14,7 +14,14 @@ Here
   censoring point (after de-levelling, a step's cap sits at ``cap / level``).
 * generation draws the *latent* (uncensored) length and cuts it at the cap, so the share at the
   cap follows the level of the step instead of being a fixed point mass; with no cap known the
-  GPD is truncated at ``tail_limit`` times the largest value seen.
+  GPD is truncated at ``tail_limit`` times the largest value seen;
+* **trimming** (bounded influence): the largest ``trim`` share of the exceedances enter the GPD
+  fit only as "at least the trim point" -- values already cut at the cap count towards that
+  share -- so two or three runaway responses (a repetition loop running to thousands of tokens)
+  cannot set the shape of everyone else's tail. They are kept as ``extremes``;
+* **heavy steps**: real steps differ in how heavy their tail is (a few runaways in one step,
+  none in the next). With probability ``heavy_prob`` (:func:`heavy_step_share`) a generated step
+  draws its levels above the trim point from the recorded ``extremes`` instead of the GPD.
 
 Old specs (version 1.0) hold a point mass ``p_cap`` at the cap; ``ppf`` still honours it
 (new fits have ``p_cap = 0``).

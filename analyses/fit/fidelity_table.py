@@ -25,6 +25,9 @@ def criterion(results: list[dict[str, Any]]) -> dict[str, Any]:
     margins = [x["ks_mean"] - x["baseline_ks_mean"] for x in ro]
     out = {
         "runs": len(ro),
+        "cells": cells,
+        "covered": sum(x["covered"] for x in ro),
+        "mean_run_coverage90": statistics.fmean(x["coverage90"] for x in ro),
         "mean_crps_skill": statistics.fmean(skills) if skills else math.nan,
         "min_crps_skill": min(skills) if skills else math.nan,
         "pooled_coverage90": cov,
@@ -70,7 +73,8 @@ def fidelity_table(results: list[dict[str, Any]]) -> str:
         c = criterion(scored)
         lines.append("")
         lines.append(f"mean CRPS skill {_f(c['mean_crps_skill'], '+.3f')} (min {_f(c['min_crps_skill'], '+.3f')}); pooled coverage90 "
-                     f"{_f(c['pooled_coverage90'], '.3f')} (histogram {_f(c['pooled_baseline_coverage90'], '.3f')}); "
+                     f"{_f(c['pooled_coverage90'], '.3f')} = {c['covered']}/{c['cells']} cells (histogram "
+                     f"{_f(c['pooled_baseline_coverage90'], '.3f')}; mean of the runs' {_f(c['mean_run_coverage90'], '.3f')}); "
                      f"largest KS margin over the histogram {_f(c['max_ks_margin'], '+.3f')}")
         lines.append("targets: " + "  ".join(f"{k}={'PASS' if ok else 'MISS'}" for k, ok in c["targets"].items()))
         lines.append("")

@@ -94,7 +94,10 @@ class RealSteps:
     def frames(self, steps: Sequence[int]) -> tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
         """(samples, turns, tool calls) of the given steps: what a generator is fitted on."""
         keep = pl.col("step").is_in(list(steps))
-        f = (lambda d: None if d is None else d.filter(keep))
+
+        def f(d: pl.DataFrame | None) -> pl.DataFrame | None:
+            return None if d is None else d.filter(keep)
+
         return self.samples.filter(keep), f(self.turns), f(self.tool_calls)
 
 
@@ -174,7 +177,10 @@ def relative_crps(scored: Sequence[Scored]) -> float:
 def summary(ours: Sequence[Scored], base: Sequence[Scored]) -> dict[str, Any]:
     """The criterion over all origins: CRPS skill, coverage, KS, ours beside the baseline."""
     names = ours[0].names if ours else []
-    cat = (lambda xs, a: np.concatenate([getattr(x, a) for x in xs]) if xs else np.zeros((0, len(names))))
+
+    def cat(xs: Sequence[Scored], a: str) -> np.ndarray:
+        return np.concatenate([getattr(x, a) for x in xs]) if xs else np.zeros((0, len(names)))
+
     y, co, cb = cat(ours, "real"), cat(ours, "crps"), cat(base, "crps")
     vo, vb = cat(ours, "covered"), cat(base, "covered")
     out: dict[str, Any] = {

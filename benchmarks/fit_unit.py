@@ -41,5 +41,15 @@ def fit_unit(repeats: int = 3) -> Timing:
     return Timing(min(t.wall for t in runs), min(t.cpu for t in runs))
 
 
+def beside(fn: Callable[[], Any]) -> tuple[Timing, Timing, Any]:
+    """Time ``fn`` with the fit unit timed right before and right after it: (its time, the unit as
+    the mean of the two, its result). On a shared machine the speed moves within a minute; the
+    unit next to the work is the unit that work ran at."""
+    before = fit_unit()
+    t, out = timed(fn)
+    after = fit_unit()
+    return t, Timing((before.wall + after.wall) / 2, (before.cpu + after.cpu) / 2), out
+
+
 def verdict(ratio: float, limit: float) -> str:
     return "PASS" if ratio <= limit else "MISS"

@@ -181,16 +181,13 @@ def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[i
     details: list[dict[str, Any]] = [{} for _ in rows]
     if c.multi:
         u_turns = ur_all if ur_all is not None else np.stack([rng.random(c.N) for rng in rngs])
-        nts, ncs, tts, rs = [], [], [], []
-        for r, rng in enumerate(rngs):
-            d = c.mt.draw(rng, u_turns[r], out.prompt[r], c.cap, float(np.exp(log_f[r])), float(np.exp(log_lat[r])))
+        rows_mt = c.mt.draw_many(rngs, u_turns, out.prompt, c.cap, np.exp(log_f), np.exp(log_lat))
+        for r, d in enumerate(rows_mt):
             details[r].update(d)
-            nts.append(d["n_turns"])
-            ncs.append(d["n_calls"])
-            tts.append(d["tool_time"])
-            rs.append(d["response"])
-        out.response = np.stack(rs)
-        out.n_turns, out.n_calls, out.tool_time = np.stack(nts), np.stack(ncs), np.stack(tts)
+        out.response = np.stack([d["response"] for d in rows_mt])
+        out.n_turns = np.stack([d["n_turns"] for d in rows_mt])
+        out.n_calls = np.stack([d["n_calls"] for d in rows_mt])
+        out.tool_time = np.stack([d["tool_time"] for d in rows_mt])
     if c.reward is not None:
         for r, rng in enumerate(rngs):
             details[r]["reward_per_sample"] = c.reward.ppf(rng.random(c.n_dp))
@@ -306,34 +303,53 @@ class _MultiTurn:
             self.fail_status.append((np.asarray(names, dtype=object), cum / cum[-1]))
         self.overhead = float((v.get("tool_overhead_tokens") or {}).get("value", 0.0))
 
-    def draw(self, rng: np.random.Generator, u_turns: np.ndarray, prompt: np.ndarray, cap: float | None,
-             level: float = 1.0, lat_level: float = 1.0) -> dict[str, Any]:
-        """One step's trajectories: the turn count follows the group latent ``u_turns``; ``level``
-        scales completions and tool results, ``lat_level`` tool latency."""
-        N = prompt.size
-        n_turns = np.maximum(np.asarray(self.turns.ppf(u_turns)).astype(np.int64), 1)
-        T = int(n_turns.sum())
-        traj = np.repeat(np.arange(N), n_turns)
-        starts = np.cumsum(n_turns) - n_turns
-        tidx = np.arange(T) - np.repeat(starts, n_turns)
-        final = tidx == np.repeat(n_turns, n_turns) - 1
-        per_turn = self.per_turn.ppf(rng.random(T)).astype(np.int64) if self.per_turn is not None else np.ones(T, np.int64)
-        per_turn = np.where(final, 0, np.maximum(per_turn, 1))
-        u_comp = rng.random(T)
-        comp = np.asarray(self.comp.ppf(u_comp), dtype=float) if self.comp is not None else np.full(T, 50.0)
-        turn_nt = np.repeat(n_turns, n_turns)
+    def draw_many(self, rngs: Sequence[np.random.Generator], u_turns: np.ndarray, prompt: np.ndarray, cap: float | None,
+                  level: np.ndarray, lat_level: np.ndarray) -> list[dict[str, Any]]:
+        """Every row's trajectories (a row: one seed's step, with its own stream ``rngs[r]``).
+
+        Each row draws its uniforms from its own stream in a fixed order (calls per turn,
+        completions, engine latency, then per call the tool, latency, result and failure); the
+        uniforms of all rows are then mapped to values at once, the rows' trajectories side by
+        side as one long list. ``u_turns[r]`` (the group latent) sets the turn counts; ``level``
+        scales completions and tool results, ``lat_level`` tool latency.
+        """
+        R, N = u_turns.shape
+        n_turns_all = np.maximum(np.asarray(self.turns.ppf(u_turns.ravel())).astype(np.int64), 1).reshape(R, N)
+        draws = []
+        for r, rng in enumerate(rngs):
+            nt = n_turns_all[r]
+            T = int(nt.sum())
+            final = (np.arange(T) - np.repeat(np.cumsum(nt) - nt, nt)) == np.repeat(nt, nt) - 1
+            per_turn = self.per_turn.ppf(rng.random(T)).astype(np.int64) if self.per_turn is not None else np.ones(T, np.int64)
+            per_turn = np.where(final, 0, np.maximum(per_turn, 1))
+            u_comp, u_eng = rng.random(T), rng.random(T)
+            C = int(per_turn.sum())
+            which = rng.choice(len(self.names), size=C, p=self.shares)
+            draws.append((per_turn, u_comp, u_eng, which, rng.random(C), rng.random(C), rng.random(C)))
+        per_turn, u_comp, u_eng, which, u_lat, u_tok, u_fail = (np.concatenate([d[i] for d in draws]) for i in range(7))
+        # all rows' trajectories as one list: trajectory g = r * N + j
+        nt = n_turns_all.ravel()
+        T_r = n_turns_all.sum(axis=1)
+        C_r = np.array([d[0].sum() for d in draws], dtype=np.int64)
+        n_all = nt.size
+        traj = np.repeat(np.arange(n_all), nt)
+        starts = np.cumsum(nt) - nt
+        tidx = np.arange(traj.size) - np.repeat(starts, nt)
+        final = tidx == np.repeat(nt, nt) - 1
+        turn_nt = np.repeat(nt, nt)
+        row_of_turn = np.repeat(np.arange(R), T_r)
+        comp = np.asarray(self.comp.ppf(u_comp), dtype=float) if self.comp is not None else np.full(traj.size, 50.0)
         for (k_turns, kind), m in self.comp_by.items():  # conditional on the turn count where fitted
             sel = (turn_nt == k_turns) & (final if kind == "final" else ~final)
             if sel.any():
                 comp[sel] = m.ppf(u_comp[sel])
-        comp = np.rint(comp * level)
-        eng = np.asarray(self.eng.ppf(rng.random(T)), dtype=float) if self.eng is not None else np.zeros(T)
-        C = int(per_turn.sum())
-        call_turn = np.repeat(np.arange(T), per_turn)
+        comp = np.rint(comp * level[row_of_turn])
+        eng = np.asarray(self.eng.ppf(u_eng), dtype=float) if self.eng is not None else np.zeros(traj.size)
+        call_turn = np.repeat(np.arange(traj.size), per_turn)
         call_nt = turn_nt[call_turn]
-        which = rng.choice(len(self.names), size=C, p=self.shares)
+        row_of_call = np.repeat(np.arange(R), C_r)
+        C = call_turn.size
         lat, rtok = np.zeros(C), np.zeros(C)
-        u_lat, u_tok, u_fail = rng.random(C), rng.random(C), rng.random(C)
         status = np.full(C, SUCCESS_STATUS, dtype=object)
         for i in range(len(self.names)):
             m = which == i
@@ -353,24 +369,32 @@ class _MultiTurn:
                 names, cum = self.fail_status[i]
                 pick = np.searchsorted(cum, u_fail[failed] / self.fail[i], side="right")
                 status[failed] = names[np.minimum(pick, names.size - 1)]
-        lat, rtok = lat * lat_level, np.rint(rtok * level)
-        tool_add = np.bincount(call_turn, weights=rtok + self.overhead, minlength=T)
+        lat, rtok = lat * lat_level[row_of_call], np.rint(rtok * level[row_of_call])
+        tool_add = np.bincount(call_turn, weights=rtok + self.overhead, minlength=traj.size)
         inc = comp + tool_add
-        resp = apply_bounds(np.bincount(traj, weights=inc, minlength=N), 1.0, cap, True)
+        resp = apply_bounds(np.bincount(traj, weights=inc, minlength=n_all), 1.0, cap, True).reshape(R, N)
         # prompt of turn t = trajectory prompt + everything appended before it
         csum = np.cumsum(inc) - inc
-        before = csum - np.repeat(csum[starts], n_turns)
-        turn_prompt = np.repeat(prompt, n_turns) + before
-        cached = np.where(tidx == 0, 0.0, np.maximum(turn_prompt - tool_add[np.maximum(np.arange(T) - 1, 0)], 0))
+        before = csum - np.repeat(csum[starts], nt)
+        turn_prompt = np.repeat(prompt.ravel(), nt) + before
+        prev_add = tool_add[np.maximum(np.arange(traj.size) - 1, 0)]
+        cached = np.where(tidx == 0, 0.0, np.maximum(turn_prompt - prev_add, 0))
         call_idx = np.arange(C) - np.repeat(np.cumsum(per_turn) - per_turn, per_turn) if C else np.zeros(0, np.int64)
-        return {
-            "response": resp,
-            "n_turns": n_turns,
-            "n_calls": np.bincount(traj, weights=per_turn, minlength=N).astype(np.int64),
-            "tool_time": np.bincount(traj[call_turn], weights=lat, minlength=N),
-            "turns": {"traj": traj, "turn": tidx, "final": final, "prompt_tokens": turn_prompt, "cached_tokens": cached,
-                      "completion_tokens": comp, "engine_latency_s": eng, "tool_call_count": per_turn},
-            "calls": {"turn": call_turn, "call_index": call_idx, "latency_s": lat, "response_tokens": rtok,
-                      "tool_name": np.asarray(self.names, dtype=object)[which].astype(str) if C else np.zeros(0, dtype=str),
-                      "status": status.astype(str) if C else np.zeros(0, dtype=str)},
-        }
+        n_calls = np.bincount(traj, weights=per_turn, minlength=n_all).astype(np.int64).reshape(R, N)
+        tool_time = np.bincount(traj[call_turn], weights=lat, minlength=n_all).reshape(R, N)
+        names = np.asarray(self.names, dtype=object)
+        t_off = np.concatenate([[0], np.cumsum(T_r)])
+        c_off = np.concatenate([[0], np.cumsum(C_r)])
+        out = []
+        for r in range(R):
+            ts, cs = slice(t_off[r], t_off[r + 1]), slice(c_off[r], c_off[r + 1])
+            out.append({
+                "response": resp[r], "n_turns": n_turns_all[r], "n_calls": n_calls[r], "tool_time": tool_time[r],
+                "turns": {"traj": traj[ts] - r * N, "turn": tidx[ts], "final": final[ts], "prompt_tokens": turn_prompt[ts],
+                          "cached_tokens": cached[ts], "completion_tokens": comp[ts], "engine_latency_s": eng[ts],
+                          "tool_call_count": per_turn[ts]},
+                "calls": {"turn": call_turn[cs] - t_off[r], "call_index": call_idx[cs], "latency_s": lat[cs],
+                          "response_tokens": rtok[cs], "tool_name": names[which[cs]].astype(str) if c_off[r + 1] > c_off[r] else np.zeros(0, dtype=str),
+                          "status": status[cs].astype(str) if c_off[r + 1] > c_off[r] else np.zeros(0, dtype=str)},
+            })
+        return out

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from _fit_synth import synth_multiturn, synth_samples
 
@@ -106,7 +107,7 @@ def test_schema_file_is_valid_json_schema_shape():
 
 
 def test_tool_failure_rate_uses_the_views_definition_of_failure():
-    import polars as pl
+
 
     mt = synth_multiturn()
     tc = mt["tool_calls"]
@@ -117,3 +118,14 @@ def test_tool_failure_rate_uses_the_views_definition_of_failure():
     known = status.drop_nulls()
     expected = (known == "error").sum() / known.len()  # about 1/3
     assert w["variables"]["tools"]["search"]["failure_rate"] == pytest.approx(expected)
+
+
+def test_a_partial_step_is_never_fitted():
+    # a run stopped mid-rollout: its last step has 8 of 32 samples, all of them short
+    s = synth_samples(steps=4, prompts=8, n=4, cap=None, seed=2)
+    cut = s.filter((pl.col("step") == 3) & (pl.col("local_index") == 0)).with_columns(step=pl.lit(4, pl.Int64),
+                                                                                     response_tokens=pl.lit(3, pl.Int64))
+    w = fit_workload(pl.concat([s, cut]), run_id="r", task="math")
+    assert w["steps_fitted"] == [0, 1, 2, 3] and w["steps_excluded"] == [4]
+    assert w == {**fit_workload(s, run_id="r", task="math"), "steps_excluded": [4]}
+    assert validate_spec(build_spec({"r": w}, ["r"])) == []

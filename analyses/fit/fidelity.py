@@ -40,11 +40,11 @@ import polars as pl
 from analyses.export.sampler import draw_steps
 from analyses.fit.baseline import HistogramBaseline
 from analyses.fit.data import RunFrames
-from analyses.fit.rolling import RealSteps, Scored, full_and_partial_steps, origins, score_draws, summary
+from analyses.fit.rolling import RealSteps, Scored, origins, score_draws, summary
 from analyses.fit.scores import hindsight_ceiling, mape_accuracy
 from analyses.fit.select import fit_workload_selected
 from analyses.fit.stepmodel import step_time_fidelity
-from analyses.fit.workload import batch_shape, is_multi_turn, training_samples
+from analyses.fit.workload import batch_shape, full_and_partial_steps, is_multi_turn, training_samples
 
 DEFAULT_SEEDS = tuple(range(200))
 PSEUDO_STEPS = 8

@@ -37,16 +37,7 @@ from analyses.fit.scores import (
 
 MIN_FITTED = 2
 HORIZON = 2
-PARTIAL_SHARE = 0.5  # a step with fewer samples than this share of the median step's is partial
 KS_VARIABLES = ("response_tokens", "turns", "tool_latency_s")
-
-
-def full_and_partial_steps(samples: pl.DataFrame) -> tuple[list[int], list[int]]:
-    """(full steps, partial steps) in step order (``samples``: training samples)."""
-    counts = samples.group_by("step").len().sort("step")
-    med = float(counts["len"].median() or 0)
-    full = [int(k) for k, c in zip(counts["step"], counts["len"], strict=True) if c >= PARTIAL_SHARE * med]
-    return full, [int(k) for k in counts["step"] if int(k) not in full]
 
 
 def origins(steps: Sequence[int], min_fitted: int = MIN_FITTED, horizon: int = HORIZON) -> list[tuple[list[int], list[int]]]:

@@ -68,6 +68,18 @@ def training_samples(samples: pl.DataFrame) -> pl.DataFrame:
     ).drop("_g")
 
 
+PARTIAL_SHARE = 0.5  # a step with fewer samples than this share of the median step's is partial
+
+
+def full_and_partial_steps(samples: pl.DataFrame) -> tuple[list[int], list[int]]:
+    """(full steps, partial steps) in step order: a cut-off step (fewer than half the median
+    step's samples, e.g. the last step of a run stopped mid-rollout) is never fitted or scored."""
+    counts = samples.group_by("step").len().sort("step")
+    med = float(counts["len"].median() or 0)
+    full = [int(k) for k, c in zip(counts["step"], counts["len"], strict=True) if c >= PARTIAL_SHARE * med]
+    return full, [int(k) for k in counts["step"] if int(k) not in full]
+
+
 def is_multi_turn(s: pl.DataFrame) -> bool:
     return bool(s["n_turns"].drop_nulls().len() and (s["n_turns"].fill_null(1) > 1).any())
 
@@ -179,6 +191,8 @@ def fit_workload(
     if window not in WINDOWS:
         raise ValueError(f"window must be one of {WINDOWS}, got {window!r}")
     s = training_samples(samples)
+    full, partial = full_and_partial_steps(s)
+    s = s.filter(pl.col("step").is_in(full))
     if s.height < 2:
         raise ValueError(f"{run_id}: fewer than 2 training samples")
     multi = is_multi_turn(s)
@@ -228,6 +242,7 @@ def fit_workload(
             "task": task or "unknown",
             "n_samples": int(s.height),
             "steps_fitted": sorted(int(v) for v in s["step"].unique()),
+            **({"steps_excluded": partial} if partial else {}),
             "batch": batch,
             "variables": variables,
             "joint": joint,

@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_verl_reader.py
 	$(PY) benchmarks/bench_kineto_vs_hta.py
 	$(PY) benchmarks/bench_fit.py
+	$(PY) benchmarks/bench_fidelity.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check analyses pipelines tests benchmarks sample_logs

@@ -24,9 +24,10 @@ import polars as pl
 from analyses import catalog
 from analyses.export.registry import export as export_spec
 from analyses.export.registry import format_names
-from analyses.export.spec import read_spec, write_spec
+from analyses.export.spec import build_spec, read_spec, write_spec
 from analyses.fit.data import load_run, runs_with_samples, runs_with_steps
-from analyses.fit.fidelity import DEFAULT_SEEDS, fidelity, step_time_only
+from analyses.fit.fidelity import DEFAULT_SEEDS, Progress, fidelity, step_time_only
+from analyses.fit.fidelity_table import criterion
 from analyses.fit.runs import fit_runs
 from analyses.ingest import ProgressFn, RunReport, ingest_run
 from analyses.report import ReportResult, Section, build_report, group_section
@@ -196,37 +197,49 @@ class PolyTrace:
     def runs_with_steps(self) -> list[str]:
         return runs_with_steps(self.root)
 
-    def fit(self, runs: Sequence[str] | None = None, seed: int = 0, out: Path | None = None) -> dict[str, Any]:
-        """Fit ``runs`` (default: every run with per-sample lengths) into one spec; write it to ``out``."""
-        spec = fit_runs(self.root, list(runs) if runs else None, seed=seed)
+    def fit(self, runs: Sequence[str] | None = None, seed: int = 0, out: Path | None = None,
+            progress: Progress | None = None) -> dict[str, Any]:
+        """Fit ``runs`` (default: every run with per-sample lengths) into one spec; write it to ``out``.
+        ``progress`` receives ``run_start`` / ``run_done`` events (see :mod:`analyses.cli.work_progress`)."""
+        spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress)
         if out is not None:
             write_spec(spec, out)
         return spec
 
-    def fidelity(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS) -> dict[str, Any] | None:
-        """Generated vs held-out real steps for one run (the step-time model alone for a run
-        with a step log but no per-sample lengths; None when neither applies)."""
+    def fidelity(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None) -> dict[str, Any] | None:
+        """Our generator and PolyTrace's histogram resampler scored by rolling origin over one
+        run (:mod:`analyses.fit.fidelity`); the step-time model alone for a run with a step log but
+        no per-sample lengths; None when neither applies."""
         frames = load_run(self.root, run_id)
         if run_id in self.runs_with_samples():
-            return fidelity(frames, seeds=seeds)
+            return fidelity(frames, seeds=seeds, progress=progress)
         return step_time_only(frames)
 
-    def fit_warehouse(self, seeds: tuple[int, ...] = DEFAULT_SEEDS) -> FitSummary:
+    @staticmethod
+    def fidelity_criterion(results: list[dict[str, Any]]) -> dict[str, Any]:
+        """Mean / minimum CRPS skill, pooled coverage, worst KS margin and the targets met."""
+        return criterion(results)
+
+    def fit_warehouse(self, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None) -> FitSummary:
         """Specs and fidelity for every run: ``fits/<run>.spec.json``, ``fits/all_runs.spec.json``
         and ``fits/fidelity.json``. A run too small to fit is reported, not fatal for the others."""
         out = FitSummary()
         self.layout.fits.mkdir(parents=True, exist_ok=True)
+        specs: dict[str, dict[str, Any]] = {}
         for r in self.runs_with_samples():
             try:
-                out.specs[r] = write_spec(fit_runs(self.root, [r]), self.layout.spec_path(r))
+                specs[r] = fit_runs(self.root, [r])
+                out.specs[r] = write_spec(specs[r], self.layout.spec_path(r))
                 out.runs.append(r)
             except ValueError as exc:
                 out.skipped[r] = str(exc)
         if out.runs:
-            out.specs["*"] = write_spec(fit_runs(self.root, out.runs), self.layout.spec_path())
+            # the all-runs spec is the per-run specs side by side: no second fit
+            merged = build_spec({k: v for r in out.runs for k, v in specs[r]["workloads"].items()}, out.runs)
+            out.specs["*"] = write_spec(merged, self.layout.spec_path())
         for r in out.runs:
             try:
-                out.fidelity.append(fidelity(load_run(self.root, r), seeds=seeds))
+                out.fidelity.append(fidelity(load_run(self.root, r), seeds=seeds, progress=progress))
             except ValueError as exc:
                 out.skipped[r] = f"fidelity: {exc}"
         for r in self.runs_with_steps():
@@ -253,7 +266,7 @@ class PolyTrace:
     def export_all(self, seed: int = 0) -> ExportSummary:
         """Every fitted run's spec in every format, under ``exports/<run>/<format>/``."""
         out = ExportSummary()
-        for r in sorted({res["run_id"] for res in self.fidelity_results() if "accuracy_pct" in res}):
+        for r in sorted({res["run_id"] for res in self.fidelity_results() if "rolling_origin" in res}):
             sp = self.layout.spec_path(r)
             if not sp.exists():
                 continue

@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"report: {report}  (self-contained HTML; key figures as PNG in {report.parent / 'png'})")
     scores = pt.fidelity_results()  # written by the workload_specs asset
     if scores:
-        print("workload fidelity (held-out steps; ours vs PolyTrace's histogram):")
+        print("workload fidelity (rolling origin; ours vs PolyTrace's histogram):")
         print(fidelity_table(scores))
     print(f"dagster instance: {home}  (see the runs with `make ui`, http://127.0.0.1:3000)")
     print(f"took {time.perf_counter() - t0:.1f}s")

@@ -32,16 +32,22 @@ def test_fit_and_export_assets(tmp_path: Path) -> None:
     (spec_mat,) = [m for m in res.asset_materializations_for_node("workload_specs")]
     meta = spec_mat.metadata
     assert meta["runs_fitted"].value == 1
-    assert 0 < meta["accuracy_pct/synthrun"].value <= 100 and 0 < meta["baseline_accuracy_pct/synthrun"].value <= 100
-    assert "synthrun" in meta["fidelity"].value
+    # the numbers `polytrace fidelity --all` prints, per run and pooled
+    for k in ("crps_skill", "coverage90", "baseline_coverage90", "ks_mean", "baseline_ks_mean", "ceiling_accuracy_pct"):
+        assert f"{k}/synthrun" in meta
+    assert 0 <= meta["coverage90/synthrun"].value <= 1 and meta["origins/synthrun"].value == 4  # 6 steps: fit 2..5
+    assert meta["mean_crps_skill"].value == meta["crps_skill/synthrun"].value
+    assert set(meta["targets"].value) == {"crps_skill_every_run_ge_0", "crps_skill_mean_ge_0.10",
+                                          "pooled_coverage90_in_0.80_0.97", "ks_within_0.01_of_baseline_every_run"}
+    assert "synthrun" in meta["fidelity"].value and "CRPS skill" in meta["fidelity"].value
     spec = read_spec(PolyTrace(root).layout.spec_path("synthrun"))
     assert spec["workloads"]["synthrun"]["batch"]["n_steps"] == 6
     (exp_mat,) = [m for m in res.asset_materializations_for_node("workload_exports")]
     assert exp_mat.metadata["runs_exported"].value == 1
-    assert "accuracy_pct/synthrun" in exp_mat.metadata
+    assert "crps_skill/synthrun" in exp_mat.metadata
     fmts = sorted(p.name for p in (root / "exports" / "synthrun").iterdir())
     assert fmts == sorted(["aiperf", "mooncake", "polytrace-params", "polytrace-v1", "polytrace-v2", "vidur"])
     assert len(list((root / "exports" / "synthrun" / "polytrace-v2").glob("packed_lengths_step_*.jsonl"))) == 6
     assert "synthrun" in fidelity_table(PolyTrace(root).fidelity_results())
     saved = json.loads((root / "fits" / "fidelity.json").read_text())
-    assert saved[0]["run_id"] == "synthrun" and "real_per_step" not in saved[0]
+    assert saved[0]["run_id"] == "synthrun" and "rolling_origin" in saved[0]

@@ -1,5 +1,5 @@
-"""Semi-parametric response marginal (empirical body + GPD tail + cap mass) and the response-model
-choice by rolling-origin validation inside the fitted steps."""
+"""The generator's response marginal (Kaplan-Meier body, censored GPD tail, trimmed fit, heavy
+steps) and the choice of its options by rolling origin inside the fitted steps."""
 
 from __future__ import annotations
 
@@ -7,117 +7,134 @@ import numpy as np
 import polars as pl
 import pytest
 from _fit_synth import synth_samples
+from scipy import stats
 
 from analyses.export.formats.polytrace_params import scipy_marginal
-from analyses.export.sampler import generate, scaled_ppf
+from analyses.export.sampler import generate
 from analyses.export.spec import build_spec, validate_spec
-from analyses.fit.empirical import EmpiricalTailFit, fit_empirical_tail
-from analyses.fit.select import (
-    CANDIDATES,
-    cv_seeds,
-    fit_workload_selected,
-    origins,
-    recent_window,
-    validated_steps,
+from analyses.fit.empirical import (
+    EmpiricalTailFit,
+    fit_empirical_tail,
+    fit_gpd_censored,
+    heavy_step_share,
+    kaplan_meier,
+    km_quantile,
 )
+from analyses.fit.select import CANDIDATES, DEFAULT, choose, fit_workload_selected, without_heavy_steps
 from analyses.fit.workload import marginal
 
 
-def test_empirical_tail_by_hand():
-    # 1..100 uncensored plus 5 values at the cap 200: p_cap = 5/105; no threshold leaves >= 20
-    # exceedances (the 0.9 quantile leaves 10), so there is no GPD tail and the body runs to 100
-    x = np.concatenate([np.arange(1, 101), np.full(5, 200)]).astype(float)
-    m = fit_empirical_tail(x, 200.0)
-    assert m.p_cap == pytest.approx(5 / 105) and m.n_censored == 5 and m.tail_prob == 0.0
-    assert m.knots[0] == 1 and m.knots[-1] == 100
-    q = 1 - 5 / 105
-    # level v = u / (1 - p_cap); the linear empirical quantile of 1..100 at 0.25 is 1 + 0.25 * 99 = 25.75 -> 26
-    got = m.ppf(np.array([0.0, 0.25 * q, 0.999 * q, q, 0.9999]))
-    assert got.tolist() == [1, 26, 100, 200, 200]
-    # round trip through the spec form
-    assert marginal(m.to_dict()).ppf(np.array([0.25 * q])).tolist() == [26]
+def test_kaplan_meier_by_hand():
+    # values 1, 2, 3+ (censored), 4: at 1, 1 event of 4 at risk -> S = 3/4; at 2, 1 of 3 -> 1/2;
+    # 3 is censored; at 4, 1 of 1 -> 0. F after each event: 1/4, 1/2, 1
+    vals, cdf = kaplan_meier(np.array([1.0, 2.0, 3.0, 4.0]), np.array([False, False, True, False]))
+    assert vals.tolist() == [1, 2, 4] and cdf.tolist() == pytest.approx([0.25, 0.5, 1.0])
+    # without censoring it is the ECDF; quantiles sit at the middle of each jump (Hazen)
+    vals, cdf = kaplan_meier(np.array([10.0, 20.0, 30.0, 40.0]), np.zeros(4, bool))
+    assert km_quantile(vals, cdf, np.array([0.125, 0.25, 0.875, 1.0])).tolist() == pytest.approx([10, 15, 40, 40])
 
 
-def test_empirical_tail_gpd_is_truncated_at_the_cap_or_the_tail_limit():
+def test_censored_gpd_recovers_its_parameters():
+    y = stats.genpareto.rvs(0.25, scale=100, size=20_000, random_state=3)
+    xi, sigma = fit_gpd_censored(y)
+    assert xi == pytest.approx(0.25, abs=0.03) and sigma == pytest.approx(100, rel=0.04)
+    # the same draws cut at their 90% quantile: the cut ones say only "at least c"
+    c = float(np.quantile(y, 0.9))
+    xi_c, sigma_c = fit_gpd_censored(y[y < c], np.full(int(np.sum(y >= c)), c))
+    assert xi_c == pytest.approx(0.25, abs=0.06) and sigma_c == pytest.approx(100, rel=0.06)
+    # a naive fit that takes the cut values as exact thins the tail
+    xi_naive, _ = fit_gpd_censored(np.minimum(y, c))
+    assert xi_naive < xi_c - 0.2
+
+
+def test_empirical_tail_body_tail_and_cap():
     rng = np.random.default_rng(0)
-    x = np.rint(rng.pareto(1.5, 5000) * 100 + 1)
-    m = fit_empirical_tail(x, None, tail_limit=1.0)
-    assert m.tail_prob > 0 and m.p_cap == 0.0
-    u = np.linspace(0, 1, 10001)[:-1]
-    v = m.ppf(u)
-    assert np.all(np.diff(v) >= 0)  # a quantile function
-    assert v.max() <= x.max()  # tail_limit 1: never beyond the largest value seen
-    assert fit_empirical_tail(x, None, tail_limit=2.0).ppf(np.array([1 - 1e-9]))[0] > x.max()
-    capped = fit_empirical_tail(np.minimum(x, 500), 500.0)
-    # the uncensored part stays below the cap; the cap mass is the share of values at 500
-    assert capped.p_cap == pytest.approx(float(np.mean(x >= 500)))
-    draws = capped.ppf(rng.random(20000))
-    assert float(np.mean(draws == 500)) == pytest.approx(capped.p_cap, abs=0.01)
+    x = np.rint(rng.lognormal(7, 0.8, 5000))
+    cap = 4000.0
+    m = fit_empirical_tail(np.minimum(x, cap), cap)
+    assert m.p_cap == 0.0 and m.censor_at == cap and m.n_censored == int(np.sum(x >= cap))
+    # the body is the data's own: quantiles below the threshold agree with the sample's
+    q = np.array([0.1, 0.5, 0.8])
+    assert m.ppf(q).tolist() == pytest.approx(np.quantile(x, q), rel=0.02)
+    # the latent tail continues past the cap, so the share drawn at the cap matches the data's
+    draws = m.ppf(rng.random(50_000))
+    assert float(np.mean(draws == cap)) == pytest.approx(float(np.mean(x >= cap)), abs=0.01)
+    assert draws.max() == cap
+    # a step level scales the latent length before the cut: a higher level, more at the cap
+    assert float(np.mean(m.ppf(rng.random(50_000), 1.5) == cap)) > float(np.mean(draws == cap)) + 0.05
+    # round trip through the spec form
+    back = marginal(m.to_dict())
+    assert back.ppf(q).tolist() == m.ppf(q).tolist()
 
 
-def test_drift_scales_the_body_not_the_cap_mass():
-    # knots 10..20, no tail, half the mass at the cap 100
+def test_spec_1_0_cap_mass_still_samples_as_before():
+    # a spec-1.0 empirical_tail: knots 10..20, no tail, half the mass at the cap 100
     m = EmpiricalTailFit([10.0, 20.0], 0.0, 0.0, 1.0, 100.0, 100.0, 0.5, 10, 5)
-    # u = 0.25 -> v = 0.5 -> 15; factor 2 -> 30; u = 0.75 is the cap whatever the factor
-    assert scaled_ppf(m, np.array([0.25, 0.75]), 2.0).tolist() == [30, 100]
-    # a factor that pushes the body past the cap is clipped at it
-    assert scaled_ppf(m, np.array([0.25]), 10.0).tolist() == [100]
+    # u = 0.25 -> level 0.5 of the body -> 15; factor 2 -> 30; u = 0.75 is the cap whatever the factor
+    assert m.ppf(np.array([0.25, 0.75]), 2.0).tolist() == [30, 100]
+    assert m.ppf(np.array([0.25]), 10.0).tolist() == [100]  # the body scaled past the cap is cut there
 
 
-def test_origins_and_recent_window_by_hand():
-    assert origins(2) == []  # too few fitted steps to validate: the default model is used
-    assert origins(3) == [2]  # fit 2 steps, validate on the third
-    assert origins(4) == [3]  # round(4 * 2/3) = 3 = m - 1
-    assert origins(14) == [9, 13]  # round(28/3) = 9, and the last step
-    assert recent_window(list(range(14))) == list(range(7, 14))
-    assert recent_window([0, 1, 2]) == [1, 2]  # at least 2 steps, half rounded up
-    # a long run validates at most 6 evenly spaced steps after the origin, the last one included:
-    # 20 steps after origin 0 -> positions round(linspace(0, 19, 6)) = 0, 4, 8, 11, 15, 19
-    assert validated_steps(list(range(100, 120)), 0) == [100, 104, 108, 111, 115, 119]
-    assert validated_steps(list(range(10)), 6) == [6, 7, 8, 9]
-    # validation seeds: 30, unless one candidate at one origin would generate > 2M samples
-    assert len(cv_seeds(512, 5)) == 30  # 2M // 2560 = 781 -> capped at 30
-    assert len(cv_seeds(100_000, 6)) == 5  # 2M // 600k = 3 -> at least 5
-    assert cv_seeds(20_000, 10) == tuple(range(10))  # 2M // 200k = 10
+def test_trimming_bounds_the_influence_of_runaway_values():
+    rng = np.random.default_rng(1)
+    normal = np.rint(rng.lognormal(5, 0.3, 10_000))
+    runaway = np.concatenate([normal, [16000.0] * 8])  # 8 runaway responses in 10k
+    untrimmed = fit_empirical_tail(runaway, None, trim=0.0)
+    trimmed = fit_empirical_tail(runaway, None, trim=0.1)
+    clean = fit_empirical_tail(normal, None, trim=0.1)
+    # trimmed, the 8 count only as "at least the trim point": the tail shape is the bulk's
+    assert abs(trimmed.xi - clean.xi) < 0.1 < untrimmed.xi - clean.xi
+    # the values above the trim point are kept as the recorded extremes, runaways included
+    assert trimmed.extremes[-1] == 16000.0 and 0.98 < trimmed.cut_level < 1.0
+    # a heavy step draws its levels above cut_level from them
+    v = np.array([0.5, 0.999999])
+    assert trimmed.latent_ppf(v, heavy=True)[1] == pytest.approx(16000.0, rel=0.01)
+    assert trimmed.latent_ppf(v, heavy=False)[1] < 16000.0
+    assert trimmed.latent_ppf(v, heavy=True)[0] == trimmed.latent_ppf(v, heavy=False)[0]
+
+
+def test_heavy_step_share_by_hand():
+    rng = np.random.default_rng(2)
+    steps = np.repeat(np.arange(10), 500)
+    x = np.rint(rng.lognormal(5, 0.3, steps.size))
+    x[np.flatnonzero(steps == 3)[0]] = 20000.0  # one runaway in step 3
+    x[np.flatnonzero(steps == 7)[0]] = 15000.0  # and one in step 7
+    cens = np.zeros(x.size, bool)
+    m = fit_empirical_tail(x, None, trim=0.0)
+    # 2 heavy steps of 10: (2 + 1/2) / (10 + 1)
+    assert heavy_step_share(m, steps, x, cens) == pytest.approx(2.5 / 11)
+    # none heavy: Jeffreys' (0 + 1/2) / 11
+    assert heavy_step_share(fit_empirical_tail(np.rint(rng.lognormal(5, 0.3, 5000)), None, trim=0.0),
+                            steps, np.rint(rng.lognormal(5, 0.3, steps.size)), cens) == pytest.approx(0.5 / 11)
+
+
+def test_choose_takes_the_lowest_score_and_the_default_on_ties():
+    assert choose({"a": 0.2, "b": 0.1}, "a") == "b"
+    assert choose({"a": 0.1, "b": 0.1}, "b") == "b"
+    assert choose({}, "a") == "a"
 
 
 def test_selected_fit_is_validated_inside_the_fitted_steps_and_exportable():
     s = synth_samples(steps=6, prompts=16, n=4, cap=2000, slope=0.05, seed=3)
     w = fit_workload_selected(s, run_id="sel", task="math")
-    sel = w["response_selection"]
-    assert set(sel["mean_accuracy_pct"]) == {f"{m}/{x}" for m, x in CANDIDATES}
-    assert sel["selected"] == max(sel["mean_accuracy_pct"], key=lambda k: sel["mean_accuracy_pct"][k])
-    # the histogram baseline is scored at the same origins as a reference (one score per origin)
-    assert len(sel["baseline_scores"]) == 2 and 0 < sel["baseline_mean_accuracy_pct"] <= 100
-    # origins(6) = [4, 5]: never validated on a step outside 0..5
-    assert [o["fitted_steps"] for o in sel["origins"]] == [[0, 1, 2, 3], [0, 1, 2, 3, 4]]
-    assert [o["validated_steps"] for o in sel["origins"]] == [[4, 5], [5]]
+    sel = w["selection"]
+    assert set(sel["relative_crps"]) == set(CANDIDATES) and sel["default"] == DEFAULT
+    assert sel["selected"] == min(sel["relative_crps"], key=lambda k: sel["relative_crps"][k])
+    # the last 3 origins inside steps 0..5, each predicting the next one or two fitted steps
+    assert [(o["fitted_steps"], o["predicted_steps"]) for o in sel["origins"]] == [
+        ([0, 1, 2], [3, 4]), ([0, 1, 2, 3], [4, 5]), ([0, 1, 2, 3, 4], [5])]
     assert validate_spec(build_spec({"sel": w}, ["sel"])) == []
     g = generate(w, [6, 7], seed=0).samples
     assert g.height == 2 * 16 * 4 and int(g["response_tokens"].max()) <= 2000
     out = scipy_marginal(w["variables"]["response_tokens"])
     assert "type" in out and out.get("censor_at") == 2000
+    assert without_heavy_steps(w)["variables"]["response_tokens"]["heavy_prob"] == 0.0
 
 
-def test_multi_turn_and_short_runs_keep_the_default_model():
+def test_short_runs_keep_the_default():
     s = synth_samples(steps=2, prompts=8, n=4, seed=0)
     w = fit_workload_selected(s, run_id="short")
-    assert w["response_selection"] == {"selected": "parametric/all", "reason": "2 fitted steps"}
-
-
-def test_a_candidate_that_cannot_be_fitted_is_not_eligible():
-    # from step 2 on every response is at the cap 4096: a recent window (steps 2-3 at origin 4,
-    # 3-4 at origin 5) has no uncensored value, so the empirical_tail "/recent" candidates cannot
-    # be fitted there and are not eligible; the parametric one fits that window as a point mass
-    # at the cap (a categorical with one value) and, as the validated steps are all at the cap, wins
-    s = synth_samples(steps=6, prompts=8, n=4, cap=4096, seed=1)
-    s = s.with_columns(response_tokens=pl.when(pl.col("step") >= 2).then(4096).otherwise(pl.col("response_tokens")))
-    w = fit_workload_selected(s, run_id="capped")
-    sel = w["response_selection"]
-    assert sel["scores"]["empirical_tail1/recent"] == [None, None] == sel["scores"]["empirical_tail2/recent"]
-    assert set(sel["mean_accuracy_pct"]) == set(sel["scores"]) - {"empirical_tail1/recent", "empirical_tail2/recent"}
-    assert sel["selected"] == "parametric/recent"
-    assert generate(w, [6], seed=0).samples["response_tokens"].unique().to_list() == [4096]
+    assert w["selection"]["selected"] == DEFAULT and w["selection"]["origins"] == []
 
 
 def _by_turns_run() -> dict[str, pl.DataFrame]:
@@ -153,8 +170,8 @@ def test_fit_by_turns_by_hand():
     assert sorted(v["completion_by_turns"]) == ["1", "2"]
     assert sorted(v["completion_by_turns"]["2"]) == ["final", "tool_turn"] and list(v["completion_by_turns"]["1"]) == ["final"]
     assert list(v["tool_response_by_turns"]) == ["search"] and list(v["tool_response_by_turns"]["search"]) == ["2"]
-    # 40 values each: no threshold leaves 20 exceedances -> no GPD, the knots run min..max;
-    # the median of 100..139 is 119.5 -> rounded half to even: 120
+    # 40 values each, no tail (no extrapolation): the knots run min..max; the median of 100..139
+    # is 119.5 -> rounded half to even: 120
     fin = marginal(v["completion_by_turns"]["2"]["final"])
     assert fin.knots[0] == 100 and fin.knots[-1] == 139 and fin.ppf(np.array([0.5])).tolist() == [120]
     assert marginal(v["tool_response_by_turns"]["search"]["2"]).ppf(np.array([0.0, 1 - 1e-12])).tolist() == [500, 539]
@@ -163,9 +180,9 @@ def test_fit_by_turns_by_hand():
 def test_by_turns_sampler_uses_the_conditionals_and_selection_is_recorded():
     r = _by_turns_run()
     w = fit_workload_selected(r["samples"], turns=r["turns"], tool_calls=r["tool_calls"], run_id="bt")
-    assert w["multiturn_selection"]["selected"] in ("pooled", "by_turns")
-    assert set(w["multiturn_selection"]["mean_accuracy_pct"]) == {"pooled", "by_turns"}
-    assert len(w["multiturn_selection"]["baseline_scores"]) == 1  # origins(4) = [3]
+    assert w["selection"]["selected"] in ("pooled", "by_turns")
+    assert set(w["selection"]["relative_crps"]) == {"pooled", "by_turns"}
+    assert len(w["selection"]["origins"]) == 2  # 4 steps: fit 2 predict 2, fit 3 predict 1
     assert validate_spec(build_spec({"bt": w}, ["bt"])) == []
     from analyses.fit.workload import fit_workload
 
@@ -173,9 +190,11 @@ def test_by_turns_sampler_uses_the_conditionals_and_selection_is_recorded():
     g = generate(w, [4, 5], seed=0)
     t = g.turns.join(g.samples.select("step", "group", "sample_index", "n_turns"), on=["step", "group", "sample_index"])
     t = t.with_columns(final=pl.col("turn") == pl.col("n_turns") - 1)
+    # the conditional ranges, up to the replay's response level (steps here differ by sampling only:
+    # a few percent)
     lo_hi = {(1, True): (200, 239), (2, False): (10, 49), (2, True): (100, 139)}
     for (nt, fin), (lo, hi) in lo_hi.items():
         c = t.filter((pl.col("n_turns") == nt) & (pl.col("final") == fin))["completion_tokens"]
-        assert c.len() > 0 and lo <= c.min() and c.max() <= hi, (nt, fin)
+        assert c.len() > 0 and 0.9 * lo <= c.min() and c.max() <= 1.1 * hi, (nt, fin)
     calls = g.tool_calls
-    assert calls.height > 0 and calls["response_tokens"].min() >= 500 and calls["response_tokens"].max() <= 539
+    assert calls.height > 0 and calls["response_tokens"].min() >= 0.9 * 500 and calls["response_tokens"].max() <= 1.1 * 539

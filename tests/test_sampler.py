@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 from _fit_synth import synth_multiturn, synth_samples
 
-from analyses.export.sampler import generate, steps_for
+from analyses.export.sampler import draw_steps, generate, steps_for
 from analyses.fit.joint import icc_oneway, normal_scores
 from analyses.fit.workload import fit_workload
 
@@ -25,6 +25,24 @@ def test_same_seed_same_numbers_and_steps_are_independent(workload):
     assert only1.equals(a.filter(pl.col("step") == 1))  # a step does not depend on the others
     c = generate(workload, [0, 1, 2], seed=12).samples
     assert not a["response_tokens"].equals(c["response_tokens"])
+
+
+def test_same_seed_same_bytes(workload, tmp_path):
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    generate(workload, [0, 1], seed=3).samples.write_parquet(a)
+    generate(workload, [0, 1], seed=3).samples.write_parquet(b)
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_many_seeds_at_once_equal_one_seed_at_a_time(workload):
+    # draw_steps (what selection and fidelity score) and generate (what exports write) share every draw
+    d = draw_steps(workload, [2, 5], seeds=[7, 8, 9])
+    for i, seed in enumerate((7, 8, 9)):
+        g = generate(workload, [2, 5], seed=seed).samples
+        for j, k in enumerate((2, 5)):
+            one = g.filter(pl.col("step") == k)
+            assert d.response[i * 2 + j].astype(np.int64).tolist() == one["response_tokens"].to_list()
+            assert d.prompt[i * 2 + j].astype(np.int64).tolist() == one["prompt_tokens"].to_list()
 
 
 def test_batch_shape_ranks_and_cap(workload):
@@ -69,6 +87,35 @@ def test_multiturn_generation_is_internally_consistent():
     assert two.height > 0  # some trajectories have a second turn
     assert (two["1"] > two["0"]).all()
     assert np.all(g.tool_calls["latency_s"].to_numpy() > 0)
+
+
+def test_tool_failures_at_the_fitted_rate_with_their_status():
+    mt = synth_multiturn(steps=2, prompts=16, n=4)
+    tc = mt["tool_calls"]
+    # every 5th call fails, two thirds of those by timeout: rate 0.2, statuses timeout 2/3 / error 1/3
+    st = ["success"] * 4 + ["timeout"]
+    status = [st[i % 5] if (i // 5) % 3 else ("error" if i % 5 == 4 else "success") for i in range(tc.height)]
+    tc = tc.with_columns(status=pl.Series(status))
+    w = fit_workload(mt["samples"], turns=mt["turns"], tool_calls=tc, run_id="mt", task="search")
+    tool = w["variables"]["tools"]["search"]
+    failed = [x for x in status if x != "success"]
+    assert tool["failure_rate"] == pytest.approx(len(failed) / len(status))
+    assert tool["failure_statuses"] == pytest.approx({"error": failed.count("error") / len(failed),
+                                                      "timeout": failed.count("timeout") / len(failed)})
+    calls = pl.concat([generate(w, [0, 1, 2, 3], seed=k).tool_calls for k in range(40)])
+    got = calls["status"].value_counts()
+    share = {r["status"]: r["count"] / calls.height for r in got.iter_rows(named=True)}
+    assert share.get("success", 0) == pytest.approx(1 - tool["failure_rate"], abs=0.02)
+    fails = calls.filter(pl.col("status") != "success")["status"]
+    assert set(fails.unique()) == {"error", "timeout"}
+    assert float((fails == "timeout").mean()) == pytest.approx(tool["failure_statuses"]["timeout"], abs=0.05)
+
+
+def test_no_recorded_failure_no_generated_failure():
+    mt = synth_multiturn(steps=2, prompts=8, n=4)  # every call a success
+    w = fit_workload(mt["samples"], turns=mt["turns"], tool_calls=mt["tool_calls"], run_id="mt", task="search")
+    assert w["variables"]["tools"]["search"]["failure_rate"] == 0.0
+    assert generate(w, [0], seed=0).tool_calls["status"].unique().to_list() == ["success"]
 
 
 def test_drift_makes_step_k_look_like_step_k():

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from analyses.cli.common import EXIT_OK, Command, UsageError, add_warehouse, warehouse
+from analyses.cli.work_progress import WorkProgress
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", nargs="+", metavar="RUN", help="runs to fit (default: every run with samples)")
     p.add_argument("--out", type=Path, required=True, help="spec file to write")
     p.add_argument("--seed", type=int, default=0, help="seed for subsampling and model selection (default 0)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     add_warehouse(p)
 
 
@@ -21,11 +24,13 @@ def workload_line(key: str, w: dict[str, Any]) -> str:
     v = w["variables"]
     r = v["response_tokens"]
     fam = r.get("family") or r["kind"]
+    sel = (w.get("selection") or {}).get("selected")
     cens = f", {r.get('n_censored', 0)} censored at {r['censor_at']:.0f}" if r.get("censor_at") else ""
     b = w["batch"]
     extra = ", ".join(k for k in v if k not in ("prompt_tokens", "response_tokens"))
     return (f"{key}: task={w['task']} samples={w['n_samples']} batch={b['prompts_per_step']}x{b['samples_per_prompt']} "
             f"dp={len(b['dp_ranks'])} response={fam}{cens} joint={w['joint']['selected']} drift={w['drift']['kind']}"
+            f" step_sd={float(w['drift'].get('step_sd') or 0):.3f}" + (f" options={sel}" if sel else "")
             + (f" also: {extra}" if extra else ""))
 
 
@@ -39,7 +44,9 @@ def _run(args: argparse.Namespace) -> int:
                              f"(runs with samples: {', '.join(have) or 'none'})")
     elif not have:
         raise UsageError("no run in the warehouse has per-sample lengths to fit")
-    spec = pt.fit(args.runs, seed=args.seed, out=args.out)
+    n = len(args.runs) if args.runs else len(have)
+    with WorkProgress(not args.quiet and sys.stderr.isatty(), n, "fit") as bar:
+        spec = pt.fit(args.runs, seed=args.seed, out=args.out, progress=bar.event)
     for key, w in spec["workloads"].items():
         print(workload_line(key, w))
     print(f"spec: {args.out.resolve()}  ({len(spec['workloads'])} workload(s), version {spec['polytrace_spec_version']})")
@@ -49,9 +56,10 @@ def _run(args: argparse.Namespace) -> int:
 COMMAND = Command(
     name="fit",
     help="fit workload distributions per run into a PolyTrace spec (JSON)",
-    description="Fit, per run x task, prompt/response lengths (censored MLE over candidate families, AIC, "
-    "KS/Wasserstein/tail errors), turns and tool calls (pmfs), tool latency (body + GPD tail), reward time, "
-    "the prompt/response dependence (copula or mixture) and the response-length drift across steps. "
+    description="Fit, per run x task, prompt/response lengths and latencies (the data's own body with a censored GPD "
+    "tail, plus plain scipy families for PolyTrace's parameter file), turns and tool calls (pmfs), tool failures, "
+    "reward time, the prompt/response dependence (group copula) and the step-to-step level of response lengths "
+    "(a shrunk trend, a step random effect); options chosen by rolling origin inside the run's steps. "
     "Writes one versioned spec file (schema: analyses/export/spec.schema.json, docs/spec.md).",
     epilog="examples:\n  polytrace fit --out spec.json\n  polytrace fit --runs run-a run-b --out spec.json --warehouse /tmp/wh",
     add_arguments=_arguments,

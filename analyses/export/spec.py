@@ -2,13 +2,17 @@
 
 Layout (documented in docs/spec.md, machine-checked by ``analyses/export/spec.schema.json``)::
 
-    {"polytrace_spec_version": "1.0", "generator": ..., "seed": 0,
+    {"polytrace_spec_version": "1.1", "generator": ..., "seed": 0,
      "source": {"runs": [...]},
      "workloads": {"<run_id>[/<task>]": {run_id, task, n_samples, steps_fitted, batch,
                                           variables, joint, drift}}}
 
 The file is deterministic for given data and seed (no timestamps), so a spec can be diffed and
-cached. ``validate_spec`` checks a document against the committed JSON Schema with a small
+cached. Version 1.1 adds the step-level model (``drift.step_sd`` and its posterior fields,
+``tool_latency_drift``), heavy-tailed steps (``extremes``, ``heavy_prob``), tool failure statuses
+and ``selection``; every addition is optional with a neutral default, so a 1.0 file still reads
+and samples as it did (its ``p_cap`` point masses and mixture joints included). Another major
+version is refused with one line naming it. ``validate_spec`` checks a document against the committed JSON Schema with a small
 built-in validator (the subset of JSON Schema the schema uses), so no extra dependency is needed.
 """
 
@@ -18,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-SPEC_VERSION = "1.0"
+SPEC_VERSION = "1.1"
 SCHEMA_PATH = Path(__file__).with_name("spec.schema.json")
 GENERATOR = "polytrace fit"
 
@@ -71,11 +75,14 @@ def load_schema() -> dict[str, Any]:
 
 def validate_spec(spec: Any) -> list[str]:
     """Every violation of the schema, as 'path: message' strings (empty when valid)."""
+    version = spec.get("polytrace_spec_version") if isinstance(spec, dict) else None
+    if isinstance(version, str) and version.split(".")[0] != SPEC_VERSION.split(".")[0]:
+        # another major version: one line, not the schema's complaints about a layout it never had
+        return [f"$.polytrace_spec_version: major version {version} is not {SPEC_VERSION} "
+                f"(this polytrace reads {SPEC_VERSION.split('.')[0]}.x specs; refit with `polytrace fit`)"]
     schema = load_schema()
     errors: list[str] = []
     _check(spec, schema, schema, "$", errors)
-    if not errors and spec.get("polytrace_spec_version", "").split(".")[0] != SPEC_VERSION.split(".")[0]:
-        errors.append(f"$.polytrace_spec_version: major version {spec['polytrace_spec_version']} is not {SPEC_VERSION}")
     return errors
 
 

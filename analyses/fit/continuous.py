@@ -2,10 +2,13 @@
 cap where responses hit the max length, chosen by AIC, with KS / Wasserstein / tail errors
 recorded for every candidate.
 
-Speed: candidates are screened on a subsample with ``scipy.stats`` (``CensoredData``); the
-winner is then refitted on *all* data by a weighted likelihood over the distinct values (token
-counts are integers, so 10M samples collapse to a few thousand (value, count) pairs; other
-data are rounded to 4 significant digits first, a relative change below 5e-4). That keeps a 10M-sample fit to seconds.
+Speed: every likelihood is over distinct (value, count) pairs (token counts are integers, so 10M
+samples collapse to a few thousand pairs; other data are rounded to 4 significant digits first, a
+relative change below 5e-4), written out analytically with its censored survival term for the
+common families (lognorm, gamma, weibull_min, fisk; expon in closed form) and maximised by
+L-BFGS-B from method-of-moments starts; mixtures by EM. A cheap first pass on a subsample prunes
+the candidates, and only the best few are refitted on all the data. That keeps a 10M-sample fit
+to seconds.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 from analyses.fit.lnmix import LogNormalMixture, fit_lnmix
 
@@ -28,7 +31,8 @@ DEFAULT_FAMILIES: tuple[str, ...] = (
     "lognorm", "gamma", "weibull_min", "fisk", "expon", "lognorm_mix2", "lognorm_mix3",
 )
 MIX_PREFIX = "lognorm_mix"  # lognorm_mix<k>: see analyses.fit.lnmix
-SCREEN_N = 50_000
+SCREEN_N = 20_000  # the cheap first pass fits every family on at most this many values
+KEEP = 3  # the first pass's best families refitted on all the data
 _GRID = (np.arange(4096) + 0.5) / 4096  # quantile grid for the Wasserstein approximation
 
 
@@ -70,12 +74,20 @@ class ContinuousFit:
     refit_on_all: bool = False
 
     def dist(self) -> stats.rv_continuous:
-        return frozen(self.family, self.params)
+        """The frozen distribution, built once (a mixture builds its inverse-CDF grid once too)."""
+        d = self.__dict__.get("_frozen")
+        if d is None:
+            d = self.__dict__["_frozen"] = frozen(self.family, self.params)
+        return d
+
+    def ppf_raw(self, u: np.ndarray) -> np.ndarray:
+        """Quantiles of the fitted family itself (no bounds, no rounding)."""
+        return self.dist().ppf(u)
 
     def ppf(self, u: np.ndarray) -> np.ndarray:
         """Quantiles of the fitted variable as observed: clipped to [lower, censor_at], rounded
         when integer. ``u`` in (0, 1)."""
-        return apply_bounds(self.dist().ppf(u), self.lower, self.censor_at, self.integer)
+        return apply_bounds(self.ppf_raw(u), self.lower, self.censor_at, self.integer)
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(
@@ -253,9 +265,12 @@ def fit_continuous(
     ``censored`` (a mask) marks values that are individually right-censored instead -- lower
     bounds, as after de-trending values that hit the cap at different steps.
 
-    Candidates are fitted on a seeded subsample of at most ``screen_n`` values; when the data
-    are larger, the AIC winner is refitted on all of them (weighted distinct-value likelihood).
-    GoF statistics are always computed on all the data.
+    Two passes: every family is fitted on a seeded subsample of at most ``screen_n`` values (the
+    cheap first pass); the ``KEEP`` best by AIC are refitted on all the data, starting from their
+    first-pass parameters, and the winner is chosen by AIC there. Every fit maximises the censored
+    likelihood over distinct (value, count) pairs (:func:`_compress`), analytically for the
+    families in ``ANALYTIC`` (method-of-moments starts, L-BFGS-B), by EM for the mixtures.
+    GoF statistics are computed on all the data for every candidate.
     """
     x = np.asarray(x, dtype=float)
     x = x[np.isfinite(x)]
@@ -273,63 +288,33 @@ def fit_continuous(
         if censor_at is not None:
             x = np.minimum(x, censor_at)
     n_cens_all = int(cens.sum())
-    cens_all = _compress(x[cens]) if n_cens_all else (np.empty(0), np.empty(0))
     if n_cens_all == x.size:
         raise ValueError("every value is censored; nothing to fit")
-    vals, w = _compress(x[~cens])
+    full = Data(*_compress(x[~cens]), *(_compress(x[cens]) if n_cens_all else (np.empty(0), np.empty(0))))
     lo = float(np.min(x)) if lower is None else float(lower)
 
-    rng = np.random.default_rng(seed)
     if x.size > screen_n:
-        pick = rng.choice(x.size, size=screen_n, replace=False)
+        pick = np.random.default_rng(seed).choice(x.size, size=screen_n, replace=False)
         xs, cs = x[pick], cens[pick]
+        first = Data(*_compress(xs[~cs]), *(_compress(xs[cs]) if cs.any() else (np.empty(0), np.empty(0))))
     else:
-        xs, cs = x, cens
-    data = stats.CensoredData.right_censored(xs, cs) if cs.any() else xs
-    s_vals, s_w = _compress(xs[~cs])
-    cens_s = _compress(xs[cs]) if cs.any() else (np.empty(0), np.empty(0))
-
-    cands: list[CandidateFit] = []
-    for fam in families:
-        if fam.startswith(MIX_PREFIX):
-            k = int(fam[len(MIX_PREFIX):])
-            if s_vals.size < 10 * k:
-                continue
-            m, _ = fit_lnmix(s_vals, s_w, cens_s[0], cens_s[1], k, seed=seed)
-            nll_s = _nll(m, s_vals, s_w, cens_s)
-            if math.isfinite(nll_s):
-                cands.append(CandidateFit(fam, m.params, param_names(fam), 3 * k - 1, nll_s, 2 * (3 * k - 1) + 2 * nll_s, 0, 0, 0, 0, 0))
-            continue
-        dist = getattr(stats, fam)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                p = [float(v) for v in dist.fit(data, floc=0)]
-        except Exception:  # noqa: BLE001 - a family that cannot be fitted is just not a candidate
-            continue
-        nll_s = _nll(dist(*p), s_vals, s_w, cens_s)
-        if not math.isfinite(nll_s):
-            continue
-        k = len(p) - 1  # loc fixed
-        cands.append(
-            CandidateFit(fam, p, param_names(fam), k, nll_s, 2 * k + 2 * nll_s, 0, 0, 0, 0, 0)
-        )
+        first = full
+    cands = [c for c in (_fit_family(f, first, seed) for f in families) if c is not None]
     if not cands:
         raise ValueError("no candidate family could be fitted")
+    refit = first is not full
+    if refit:
+        cands.sort(key=lambda c: c.aic)
+        for i, c in enumerate(cands):
+            if i < KEEP:
+                _refit(c, full, seed)
+            else:  # pruned by the first pass: its first-pass parameters, scored on all the data
+                c.nll = _nll(frozen(c.family, c.params), *full)
+                c.aic = 2 * c.k + 2 * c.nll
+                c.converged = False
     best = min(cands, key=lambda c: c.aic)
-    refit = False
-    if x.size > screen_n and best.family.startswith(MIX_PREFIX):
-        m, _ = fit_lnmix(vals, w, cens_all[0], cens_all[1], int(best.family[len(MIX_PREFIX):]), seed=seed)
-        best.params, best.nll = m.params, _nll(m, vals, w, cens_all)
-        best.aic = 2 * best.k + 2 * best.nll
-        refit = True
-    elif x.size > screen_n:
-        p, nll, ok = _weighted_refit(best.family, best.params, vals, w, cens_all)
-        best.params, best.nll, best.converged = p, nll, ok
-        best.aic = 2 * best.k + 2 * nll
-        refit = True
     for c in cands:
-        g = gof_stats(frozen(c.family, c.params), vals, w, n_cens_all, censor_at if censored is None else None)
+        g = gof_stats(frozen(c.family, c.params), full.vals, full.w, n_cens_all, censor_at if censored is None else None)
         for key, v in g.items():
             setattr(c, key, v)
     cands.sort(key=lambda c: c.aic)
@@ -346,6 +331,168 @@ def fit_continuous(
         candidates=cands,
         refit_on_all=refit,
     )
+
+
+# ----------------------------------------------------------------------------- analytic likelihoods
+
+
+@dataclass
+class Data:
+    """Distinct uncensored values with counts, distinct censoring points with counts."""
+
+    vals: np.ndarray
+    w: np.ndarray
+    cvals: np.ndarray
+    cw: np.ndarray
+
+    def __iter__(self):  # (vals, w, (cvals, cw)): the argument order of _nll
+        return iter((self.vals, self.w, (self.cvals, self.cw)))
+
+
+def _log_moments(d: Data) -> tuple[float, float, float, float]:
+    """Weighted mean and sd of log x, mean and variance of x, over the uncensored values."""
+    y = np.log(d.vals)
+    m = float(np.average(y, weights=d.w))
+    sd = float(np.sqrt(max(np.average((y - m) ** 2, weights=d.w), 1e-12)))
+    mx = float(np.average(d.vals, weights=d.w))
+    vx = float(max(np.average((d.vals - mx) ** 2, weights=d.w), 1e-12 * mx * mx + 1e-300))
+    return m, sd, mx, vx
+
+
+def _ll_lognorm(t: np.ndarray, d: Data) -> float:
+    mu, s = t[0], math.exp(t[1])
+    y = np.log(d.vals)
+    ll = np.sum(d.w * (-y - math.log(s) - 0.5 * math.log(2 * math.pi) - 0.5 * ((y - mu) / s) ** 2))
+    if d.cvals.size:
+        ll += np.sum(d.cw * special.log_ndtr(-(np.log(d.cvals) - mu) / s))
+    return float(ll)
+
+
+def _ll_gamma(t: np.ndarray, d: Data) -> float:
+    a, scale = math.exp(t[0]), math.exp(t[1])
+    ll = np.sum(d.w * ((a - 1) * np.log(d.vals) - d.vals / scale)) - d.w.sum() * (a * math.log(scale) + special.gammaln(a))
+    if d.cvals.size:
+        with np.errstate(divide="ignore"):
+            ll += np.sum(d.cw * np.log(np.maximum(special.gammaincc(a, d.cvals / scale), 1e-300)))
+    return float(ll)
+
+
+def _ll_weibull(t: np.ndarray, d: Data) -> float:
+    c, scale = math.exp(t[0]), math.exp(t[1])
+    lz = np.log(d.vals) - math.log(scale)
+    ll = np.sum(d.w * (math.log(c) - math.log(scale) + (c - 1) * lz - np.exp(c * lz)))
+    if d.cvals.size:
+        ll -= np.sum(d.cw * np.exp(c * (np.log(d.cvals) - math.log(scale))))
+    return float(ll)
+
+
+def _ll_fisk(t: np.ndarray, d: Data) -> float:
+    c, scale = math.exp(t[0]), math.exp(t[1])
+    lz = np.log(d.vals) - math.log(scale)
+    ll = np.sum(d.w * (math.log(c) - math.log(scale) + (c - 1) * lz - 2 * np.logaddexp(0.0, c * lz)))
+    if d.cvals.size:
+        ll -= np.sum(d.cw * np.logaddexp(0.0, c * (np.log(d.cvals) - math.log(scale))))
+    return float(ll)
+
+
+def _start_lognorm(d: Data) -> np.ndarray:
+    m, sd, _, _ = _log_moments(d)
+    return np.array([m, math.log(sd)])
+
+
+def _start_gamma(d: Data) -> np.ndarray:
+    _, _, mx, vx = _log_moments(d)
+    return np.log([mx * mx / vx, vx / mx])  # method of moments
+
+
+def _start_weibull(d: Data) -> np.ndarray:
+    m, sd, _, _ = _log_moments(d)
+    c = 1.2825 / sd  # log of a Weibull is Gumbel: sd = pi / (c sqrt 6), mean = log scale - gamma / c
+    return np.array([math.log(c), m + 0.5772 / c])
+
+
+def _start_fisk(d: Data) -> np.ndarray:
+    m, sd, _, _ = _log_moments(d)
+    return np.array([math.log(math.pi / (math.sqrt(3) * sd)), m])  # log of a log-logistic is logistic
+
+
+# family -> (log-likelihood of unconstrained theta, method-of-moments start, theta -> scipy params)
+ANALYTIC: dict[str, tuple[Any, Any, Any]] = {
+    "lognorm": (_ll_lognorm, _start_lognorm, lambda t: [math.exp(t[1]), 0.0, math.exp(t[0])]),
+    "gamma": (_ll_gamma, _start_gamma, lambda t: [math.exp(t[0]), 0.0, math.exp(t[1])]),
+    "weibull_min": (_ll_weibull, _start_weibull, lambda t: [math.exp(t[0]), 0.0, math.exp(t[1])]),
+    "fisk": (_ll_fisk, _start_fisk, lambda t: [math.exp(t[0]), 0.0, math.exp(t[1])]),
+}
+
+
+def _theta_of(family: str, params: list[float]) -> np.ndarray:
+    if family == "lognorm":
+        return np.array([math.log(params[2]), math.log(params[0])])
+    return np.log([params[0], params[-1]])
+
+
+def _mle(family: str, d: Data, theta0: np.ndarray) -> tuple[list[float], float, bool]:
+    ll, _, to_params = ANALYTIC[family]
+
+    def f(t: np.ndarray) -> float:
+        with np.errstate(all="ignore"):
+            v = -ll(t, d)
+        return v if math.isfinite(v) else 1e300
+
+    res = optimize.minimize(f, theta0, method="L-BFGS-B")
+    return to_params(res.x), float(res.fun), bool(res.success)
+
+
+def _expon(d: Data) -> list[float]:
+    """Censored exponential MLE in closed form: total exposure / events."""
+    return [0.0, float((np.dot(d.w, d.vals) + np.dot(d.cw, d.cvals)) / d.w.sum())]
+
+
+def _candidate(family: str, params: list[float], d: Data, converged: bool = True) -> CandidateFit | None:
+    nll = _nll(frozen(family, params), *d)
+    if not math.isfinite(nll):
+        return None
+    k = 3 * int(family[len(MIX_PREFIX):]) - 1 if family.startswith(MIX_PREFIX) else len(params) - 1
+    return CandidateFit(family, [float(p) for p in params], param_names(family), k, nll, 2 * k + 2 * nll, 0, 0, 0, 0, 0, converged)
+
+
+def _fit_family(family: str, d: Data, seed: int) -> CandidateFit | None:
+    """One family's censored MLE on ``d`` (None when it cannot be fitted)."""
+    try:
+        if family.startswith(MIX_PREFIX):
+            k = int(family[len(MIX_PREFIX):])
+            if d.vals.size < 10 * k:
+                return None
+            m, _ = fit_lnmix(d.vals, d.w, d.cvals, d.cw, k, seed=seed)
+            return _candidate(family, m.params, d)
+        if family == "expon":
+            return _candidate(family, _expon(d), d)
+        if family in ANALYTIC:
+            p, _, ok = _mle(family, d, ANALYTIC[family][1](d))
+            return _candidate(family, p, d, ok)
+        # any other scipy family: its own start on the uncensored values, then the censored likelihood
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = [float(v) for v in getattr(stats, family).fit(np.repeat(d.vals, np.minimum(d.w, 50).astype(int)), floc=0)]
+        p, _, ok = _weighted_refit(family, start, d.vals, d.w, (d.cvals, d.cw))
+        return _candidate(family, p, d, ok)
+    except (ValueError, FloatingPointError, np.linalg.LinAlgError, OverflowError):
+        return None
+
+
+def _refit(c: CandidateFit, d: Data, seed: int) -> None:
+    """Refit a first-pass candidate on all the data, from its first-pass parameters."""
+    if c.family.startswith(MIX_PREFIX):
+        m, _ = fit_lnmix(d.vals, d.w, d.cvals, d.cw, int(c.family[len(MIX_PREFIX):]), seed=seed)
+        c.params = m.params
+    elif c.family == "expon":
+        c.params = _expon(d)
+    elif c.family in ANALYTIC:
+        c.params, _, c.converged = _mle(c.family, d, _theta_of(c.family, c.params))
+    else:
+        c.params, _, c.converged = _weighted_refit(c.family, c.params, d.vals, d.w, (d.cvals, d.cw))
+    c.nll = _nll(frozen(c.family, c.params), *d)
+    c.aic = 2 * c.k + 2 * c.nll
 
 
 def json_safe(o: Any) -> Any:

@@ -1,88 +1,75 @@
-"""Fidelity: does a generated workload look like the real one on steps the fit never saw?
+"""Fidelity: if I benchmark with the generated workload instead of the recorded one, how far
+off, and how sure?
 
-Protocol (identical for our fitted model and for PolyTrace's histogram resampler):
+Protocol (:mod:`analyses.fit.rolling`; identical for our generator and for PolyTrace's 20-bin
+histogram resampler, :mod:`analyses.fit.baseline`, both fitted on the same steps):
 
-1. Split the run by training step: the first two thirds of its full steps are fitted, the rest
-   are held out. A step with fewer than half the median step's samples is a partial (cut-off)
-   step and is left out of both. A run with fewer than 3 full steps is split by prompt groups
-   instead: its groups, in order, are dealt into 8 pseudo-steps, the first 5 fitted, the last
-   3 held out.
-2. Generate each held-out step (same step index, same batch shape as the training steps) with
-   each of ``DEFAULT_SEEDS`` (200) seeds: enough that the seed average is the generator's
-   expected statistic to within ``monte_carlo_se_pct`` (bootstrap over seeds, reported).
-3. Per step compute: total tokens, longest response, p99 response, the rollout makespan in
-   tokens (the most loaded DP rank's response tokens), and for multi-turn runs the turns and
-   tool time of the step. Statistics whose real value is 0 are skipped (no relative error).
-4. ``accuracy_pct``: for each held-out step the generated statistic is averaged over the seeds
-   (the generator's prediction for that step); APE against the real step; accuracy = 100 - MAPE
-   over (statistic, step). ``errors_pct`` are those APEs averaged per statistic.
-   Two companion scores use the same generated steps: ``single_replay_accuracy_pct`` (the APE of
-   each seed's own steps, averaged over seeds -- what one replay scores, generator noise
-   included) and ``level_accuracy_pct`` (per statistic, the mean over held-out steps vs the mean
-   over generated steps -- whether the workload's level is right, step-to-step noise aside).
-5. References on the same held-out steps (:mod:`analyses.fit.score_refs`): ``ceiling_accuracy_pct``
-   (the best constant prediction, chosen knowing the held-out answers: the step-to-step variation
-   no forecast of the level removes), ``recorded_mean_accuracy_pct`` (the fitted steps' mean as
-   the prediction), and ``in_sample_level_accuracy_pct`` for both generators (level score against
-   the fitted steps themselves: goodness of fit, which a few held-out steps cannot swing).
+1. The run's full steps in order; partial (cut-off) steps are never fitted or scored. A run with
+   fewer than 3 full steps is split by prompt groups instead: its groups, in order, are dealt
+   into 8 pseudo-steps.
+2. Every origin with at least 2 full steps up to it: both generators are fitted on those steps
+   (ours chooses its options by rolling origin *inside* them, :mod:`analyses.fit.select`) and
+   generate the next step and the one after with ``S`` seeds (``DEFAULT_SEEDS``: 200).
+3. Per generated step and statistic (total tokens, longest and p99 response, rollout makespan;
+   turns and tool time for multi-turn runs), :mod:`analyses.fit.scores`:
 
-Nothing is tuned on the held-out steps: the model choices (families, AIC, drift test, copula vs
-mixture, and the response model and window chosen by rolling-origin validation inside the
-fitted steps, :mod:`analyses.fit.select`) are made on the training steps only.
+   * ``crps_skill = 1 - mean(CRPS_ours / real) / mean(CRPS_histogram / real)`` over every
+     (origin, step, statistic): > 0 means our ensemble is closer to what happened;
+   * ``coverage90`` / ``baseline_coverage90``: the share of real values inside each ensemble's
+     central 90% interval (a calibrated generator: 0.90);
+   * ``ks_mean`` / ``baseline_ks_mean``: the mean two-sample KS distance between the generated
+     and the real per-sample values of each step (response lengths; turn counts and tool-call
+     latencies too for multi-turn runs), the generated sample pooled over seeds -- the sample
+     shape. ``ks_per_seed_mean`` (each seed's step alone) is reported beside it.
+4. Context, not targets: per-step MAPE of the seed-mean prediction (``mape_accuracy_pct``), and the
+   hindsight ceiling of the predicted steps (the best one constant prediction for all of them,
+   chosen knowing the answers) -- the step-to-step variation no forecast of the level removes.
+
+Nothing is tuned on the scored steps: at every origin the model choices use steps up to it only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from analyses.export.sampler import generate
+from analyses.export.sampler import draw_steps
 from analyses.fit.baseline import HistogramBaseline
 from analyses.fit.data import RunFrames
-from analyses.fit.score_refs import hindsight_ceiling, monte_carlo_se, recorded_mean
-from analyses.fit.scores import (
-    STATS_BASE,
-    STATS_MULTI,
-    TRAIN_FRACTION,
-    per_sample_tool_time,
-    score_generated,
-    step_statistics,
-)
+from analyses.fit.rolling import RealSteps, Scored, origins, score_draws, summary
+from analyses.fit.scores import hindsight_ceiling, mape_accuracy
 from analyses.fit.select import fit_workload_selected
 from analyses.fit.stepmodel import step_time_fidelity
-from analyses.fit.workload import training_samples
+from analyses.fit.workload import batch_shape, full_and_partial_steps, is_multi_turn, training_samples
 
-# The prediction for a step is the generator's mean over seeds; a per-step total over 16 prompts
-# varies by ~20% between draws, so 5 seeds left ~8% Monte Carlo noise in the prediction itself.
 DEFAULT_SEEDS = tuple(range(200))
-IN_SAMPLE_BUDGET = 2_000_000  # generated samples for the fitted-steps check (fewer seeds on long runs)
-PSEUDO_STEPS, PSEUDO_TRAIN = 8, 5
+PSEUDO_STEPS = 8
+Progress = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass
 class Split:
     mode: str  # 'steps' | 'prompt_groups'
-    train_steps: list[int]
-    heldout_steps: list[int]
+    steps: list[int]  # full (pseudo-)steps in order
     partial_steps: list[int]
     frames: RunFrames  # with pseudo-steps relabelled when mode == 'prompt_groups'
 
 
-def split_run(frames: RunFrames, train_fraction: float = TRAIN_FRACTION) -> Split:
+def split_run(frames: RunFrames) -> Split:
+    """The run's full steps, or 8 prompt-group pseudo-steps when it has fewer than 3."""
     s = training_samples(frames.samples)
-    counts = s.group_by("step").len().sort("step")
-    med = float(counts["len"].median() or 0)
-    full = [int(k) for k, c in zip(counts["step"], counts["len"], strict=True) if c >= 0.5 * med]
-    partial = [int(k) for k in counts["step"] if int(k) not in full]
+    full, partial = full_and_partial_steps(s)
     if len(full) >= 3:
-        n_train = min(max(int(round(len(full) * train_fraction)), 1), len(full) - 1)
-        return Split("steps", full[:n_train], full[n_train:], partial, frames)
-    # prompt-group split: groups in (step, group) order dealt into pseudo-steps
+        return Split("steps", full, partial, frames)
     s = s.filter(pl.col("step").is_in(full))
     groups = s.select("step", "group").unique().sort("step", "group").with_row_index("gi")
     ng = groups.height
+    if ng < PSEUDO_STEPS:
+        raise ValueError(f"{frames.run_id}: {len(full)} full step(s) and {ng} prompt group(s): too few to score")
     groups = groups.with_columns(pseudo=(pl.col("gi") * PSEUDO_STEPS // max(ng, 1)).cast(pl.Int64))
     s = s.join(groups.select("step", "group", "pseudo"), on=["step", "group"])
     key = s.select("step", "sample_id", "pseudo")
@@ -92,119 +79,81 @@ def split_run(frames: RunFrames, train_fraction: float = TRAIN_FRACTION) -> Spli
             return None
         return df.join(key, on=["step", "sample_id"]).with_columns(step=pl.col("pseudo")).drop("pseudo")
 
-    samples = s.with_columns(step=pl.col("pseudo"), group_id=pl.concat_str([pl.col("step").cast(pl.String), pl.col("group_id")], separator="|")).drop("pseudo", "group")
+    samples = s.with_columns(step=pl.col("pseudo"), group_id=pl.concat_str([pl.col("step").cast(pl.String), pl.col("group_id")],
+                                                                            separator="|")).drop("pseudo", "group")
     rf = RunFrames(frames.run_id, samples, relabel(frames.turns), relabel(frames.tool_calls), None, None, frames.task,
                    frames.max_response_length, dict(frames.info))
-    return Split("prompt_groups", list(range(PSEUDO_TRAIN)), list(range(PSEUDO_TRAIN, PSEUDO_STEPS)), partial, rf)
+    return Split("prompt_groups", list(range(PSEUDO_STEPS)), partial, rf)
 
 
-def _generated_statistics(wl: dict[str, Any], base: HistogramBaseline, steps: list[int], seeds: tuple[int, ...],
-                          multi: bool, has_ranks: bool) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
-    """Per seed, the step statistics of our generator's and of the baseline's ``steps``."""
-    ours, bl = [], []
-    for seed in seeds:
-        g = generate(wl, steps, seed)
-        ours.append(step_statistics(per_sample_tool_time(g.samples, g.tool_calls, ("step", "group", "sample_index")), multi, has_ranks))
-        bl.append(step_statistics(base.generate(steps, seed), multi, has_ranks))
-    return ours, bl
+def _call_latency(tool_calls: pl.DataFrame | None) -> np.ndarray | None:
+    return None if tool_calls is None else tool_calls["latency_s"].drop_nulls().to_numpy()
 
 
-def _in_sample(wl: dict[str, Any], base: HistogramBaseline, fitted_real: pl.DataFrame, steps: list[int],
-               seeds: tuple[int, ...], names: list[str], multi: bool, has_ranks: bool) -> dict[str, Any]:
-    """Level scores of both generators against the fitted steps themselves (a goodness of fit that
-    a few unlucky held-out steps cannot swing)."""
-    per_seed = max(int(wl["batch"]["prompts_per_step"]) * int(wl["batch"]["samples_per_prompt"]) * len(steps), 1)
-    use = seeds[: max(1, min(len(seeds), IN_SAMPLE_BUDGET // per_seed))]
-    names = [c for c in names if c in fitted_real.columns and float(fitted_real[c].abs().sum()) > 0]
-    ours, bl = _generated_statistics(wl, base, steps, use, multi, has_ranks)
-    return {"ours": score_generated(fitted_real, ours, names), "baseline": score_generated(fitted_real, bl, names), "seeds": len(use)}
-
-
-def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, train_fraction: float = TRAIN_FRACTION) -> dict[str, Any]:
-    """Score our fitted generator and PolyTrace's histogram baseline on held-out steps."""
-    sp = split_run(frames, train_fraction)
+def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None) -> dict[str, Any]:
+    """Score our generator and PolyTrace's histogram resampler by rolling origin over the run."""
+    sp = split_run(frames)
     fr = sp.frames
-    train = fr.restrict(sp.train_steps)
-    held = fr.restrict(sp.heldout_steps)
-    if training_samples(held.samples).height == 0 or training_samples(train.samples).height < 2:
-        raise ValueError(f"{frames.run_id}: too few samples to split into fitted and held-out steps")
-    wl = fit_workload_selected(train.samples, turns=train.turns, tool_calls=train.tool_calls, rank_times=train.rank_times,
-                      run_id=fr.run_id, task=fr.task, max_response_length=fr.max_response_length)
-    multi = bool(wl["batch"]["multi_turn"])
-    has_ranks = bool(wl["batch"]["has_ranks"])
-    names = list(STATS_BASE if has_ranks else STATS_BASE[:3]) + (list(STATS_MULTI) if multi else [])
-    hs = training_samples(held.samples)
-    hs = per_sample_tool_time(hs, held.tool_calls, ("step", "sample_id"))
-    real = step_statistics(hs, multi, has_ranks)
-    names = [c for c in names if float(real[c].abs().sum()) > 0]
-    ts = per_sample_tool_time(training_samples(train.samples), train.tool_calls, ("step", "sample_id"))
-    base = HistogramBaseline(ts, wl["batch"], per_sample_tool_time=ts)
-    ours_stats, base_stats = _generated_statistics(wl, base, sp.heldout_steps, seeds, multi, has_ranks)
-    ours = score_generated(real, ours_stats, names)
-    bl = score_generated(real, base_stats, names)
-    fitted_real = step_statistics(ts, multi, has_ranks)
-    ceiling = hindsight_ceiling(real, names)
-    rec = recorded_mean(real, fitted_real, names)
-    in_sample = _in_sample(wl, base, fitted_real, sp.train_steps, seeds, names, multi, has_ranks)
-    step_model = None
-    if frames.steps is not None and frames.steps.height:
-        step_model = step_time_fidelity(frames.steps, train_fraction)
+    s = training_samples(fr.samples).filter(pl.col("step").is_in(sp.steps))
+    multi = is_multi_turn(s)
+    real = RealSteps.build(s, fr.turns, fr.tool_calls, multi)
+    plan = origins(sp.steps)
+    if not plan:
+        raise ValueError(f"{frames.run_id}: too few full steps to fit on 2 and predict one")
+    if progress:
+        progress("run_start", {"run_id": frames.run_id, "origins": len(plan)})
+    ours: list[Scored] = []
+    base: list[Scored] = []
+    records = []
+    for fitted, predicted in plan:
+        fs, ft, fc = real.frames(fitted)
+        wl = fit_workload_selected(fs, real=real, turns=ft, tool_calls=fc, run_id=fr.run_id, task=fr.task,
+                                   max_response_length=fr.max_response_length, for_export=False)
+        hb = HistogramBaseline(fs, batch_shape(training_samples(fs)) | {"multi_turn": multi}, _call_latency(fc))
+        o = score_draws(draw_steps(wl, predicted, seeds), real)
+        b = score_draws(hb.draw(predicted, seeds), real)
+        ours.append(o)
+        base.append(b)
+        records.append({"fitted_steps": fitted, "predicted_steps": predicted, "selected": wl["selection"]["selected"],
+                        "drift": {k: wl["drift"].get(k) for k in ("kind", "slope_per_step", "step_sd", "level_se")}})
+        if progress:
+            progress("origin_done", {"run_id": frames.run_id})
+    ro = summary(ours, base)
+    ro.update(_context(ours, base, real))
+    ro["origins"] = len(plan)
+    ro["seeds"] = len(seeds)
+    ro["per_origin"] = records
+    step_model = step_time_fidelity(frames.steps) if frames.steps is not None and frames.steps.height else None
+    if progress:
+        progress("run_done", {"run_id": frames.run_id})
     return {
         "run_id": frames.run_id,
-        "task": wl["task"],
-        "step_time_model": step_model,
+        "task": fr.task,
         "split": sp.mode,
-        "train_steps": sp.train_steps,
-        "heldout_steps": sp.heldout_steps,
+        "steps": sp.steps,
         "partial_steps_excluded": sp.partial_steps,
-        "seeds": list(seeds),
-        "statistics": names,
-        "accuracy_pct": ours["accuracy_pct"],
-        "baseline_accuracy_pct": bl["accuracy_pct"],
-        "errors_pct": ours["errors_pct"],
-        "baseline_errors_pct": bl["errors_pct"],
-        "single_replay_accuracy_pct": ours["single_replay_accuracy_pct"],
-        "baseline_single_replay_accuracy_pct": bl["single_replay_accuracy_pct"],
-        # the spread over seeds: how much one replay's score is luck of the draw
-        "single_replay_by_seed_pct": ours["single_replay_by_seed_pct"],
-        "baseline_single_replay_by_seed_pct": bl["single_replay_by_seed_pct"],
-        "level_accuracy_pct": ours["level_accuracy_pct"],
-        "baseline_level_accuracy_pct": bl["level_accuracy_pct"],
-        # how much of the score the seeds' Monte Carlo noise could move (bootstrap over seeds)
-        "monte_carlo_se_pct": monte_carlo_se(real, ours_stats, names),
-        "baseline_monte_carlo_se_pct": monte_carlo_se(real, base_stats, names),
-        # what the held-out steps allow: see analyses.fit.score_refs
-        "ceiling_accuracy_pct": ceiling["accuracy_pct"],
-        "ceiling_errors_pct": ceiling["errors_pct"],
-        "recorded_mean_accuracy_pct": rec["accuracy_pct"],
-        "recorded_mean_errors_pct": rec["errors_pct"],
-        # does each generator reproduce the steps it was fitted on? (level, per statistic)
-        "in_sample_level_accuracy_pct": in_sample["ours"]["level_accuracy_pct"],
-        "baseline_in_sample_level_accuracy_pct": in_sample["baseline"]["level_accuracy_pct"],
-        "in_sample_level_errors_pct": in_sample["ours"]["level_errors_pct"],
-        "baseline_in_sample_level_errors_pct": in_sample["baseline"]["level_errors_pct"],
-        "in_sample_seeds": in_sample["seeds"],
-        "level_errors_pct": ours["level_errors_pct"],
-        "baseline_level_errors_pct": bl["level_errors_pct"],
-        "real_mean": {c: float(real[c].mean()) for c in names},
-        "generated_mean": ours["generated_mean"],
-        "baseline_generated_mean": bl["generated_mean"],
-        "real_per_step": real.to_dicts(),
-        "model": {"response_family": wl["variables"]["response_tokens"].get("family") or wl["variables"]["response_tokens"]["kind"],
-                  "joint": wl["joint"].get("selected"), "drift": wl["drift"]["kind"],
-                  "selected": (wl.get("response_selection") or {}).get("selected"),
-                  "validation_accuracy_pct": (wl.get("response_selection") or {}).get("mean_accuracy_pct"),
-                  "multiturn_selected": (wl.get("multiturn_selection") or {}).get("selected"),
-                  "multiturn_validation_accuracy_pct": (wl.get("multiturn_selection") or {}).get("mean_accuracy_pct"),
-                  # the baseline at the same training-internal origins: a reference, not used to choose
-                  "validation_baseline_accuracy_pct": (wl.get("multiturn_selection") or wl.get("response_selection") or {}).get(
-                      "baseline_mean_accuracy_pct")},
+        "statistics": real.names,
+        "rolling_origin": ro,
+        "step_time_model": step_model,
     }
 
 
-def step_time_only(frames: RunFrames, train_fraction: float = TRAIN_FRACTION) -> dict[str, Any] | None:
+def _context(ours: list[Scored], base: list[Scored], real: RealSteps) -> dict[str, Any]:
+    """Per-step MAPE of each ensemble's mean, and the hindsight ceiling of the predicted steps."""
+    names = real.names
+    y = np.concatenate([o.real for o in ours])
+    mo = mape_accuracy(np.concatenate([o.mean for o in ours]), y, names)
+    mb = mape_accuracy(np.concatenate([b.mean for b in base]), y, names)
+    predicted = sorted({k for o in ours for k in o.steps})
+    ceiling = hindsight_ceiling(np.stack([real.stats[k] for k in predicted]), names)
+    return {"mape_accuracy_pct": mo["accuracy_pct"], "baseline_mape_accuracy_pct": mb["accuracy_pct"],
+            "mape_errors_pct": mo["errors_pct"], "baseline_mape_errors_pct": mb["errors_pct"],
+            "ceiling_accuracy_pct": ceiling["accuracy_pct"], "ceiling_errors_pct": ceiling["errors_pct"]}
+
+
+def step_time_only(frames: RunFrames) -> dict[str, Any] | None:
     """For a run with a step log but no per-sample lengths: only the step-time model."""
     if frames.steps is None or frames.steps.height == 0:
         return None
-    m = step_time_fidelity(frames.steps, train_fraction)
+    m = step_time_fidelity(frames.steps)
     return None if m is None else {"run_id": frames.run_id, "task": frames.task, "step_time_model": m}

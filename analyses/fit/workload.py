@@ -3,6 +3,23 @@
 Input frames have the columns of :mod:`analyses.schema` (``samples`` at least; ``turns``,
 ``tool_calls`` and ``rank_times`` when the run has them). Validation samples are left out:
 they are not part of the training workload.
+
+The generator's pieces, each chosen to reproduce what real steps look like:
+
+* **sample shape** -- every length and latency is an
+  :class:`~analyses.fit.empirical.EmpiricalTailFit` (the data's own body, a censored GPD tail;
+  prompts and atoms-only variables keep the data's own values), so the generated samples have
+  the recorded distribution's shape, as PolyTrace's histogram resampler has by construction;
+* **step-to-step level** -- :mod:`analyses.fit.drift`: a shrunk trend, a step-level random effect
+  and the level's own uncertainty, estimated from the training steps; the response marginal is
+  fitted to de-levelled lengths so that variation is not counted twice;
+* **within a step** -- the group copula (:mod:`analyses.fit.joint`): the responses of one prompt
+  are alike, and a prompt's length goes with its responses';
+* **multi-turn** -- turns, tool calls per turn, completions, tool results and latencies, tool
+  failures with their status; the trajectory's turn count follows the group latent.
+
+``for_export`` adds what only the exports read: plain scipy families beside empirical marginals
+(PolyTrace's parameter file samples scipy families) and PolyTrace's raw-token Gaussian mixture.
 """
 
 from __future__ import annotations
@@ -15,20 +32,15 @@ import polars as pl
 from analyses.fit.continuous import ContinuousFit, fit_continuous, infer_cap, json_safe
 from analyses.fit.discrete import CategoricalFit, DiscreteFit, fit_categorical, fit_discrete, is_categorical
 from analyses.fit.drift import DriftModel, fit_drift
-from analyses.fit.empirical import EmpiricalTailFit, fit_empirical_tail
-from analyses.fit.joint import (
-    GaussianMixture,
-    GroupCopula,
-    fit_gmm_bic,
-    fit_group_copula,
-    joint_distance,
-)
-from analyses.fit.tails import BodyTailFit, fit_body_tail
+from analyses.fit.empirical import TRIM, EmpiricalTailFit, fit_empirical_tail, heavy_step_share
+from analyses.fit.joint import GaussianMixture, GroupCopula, fit_gmm_bic, fit_group_copula
+from analyses.fit.tails import BodyTailFit
 from analyses.schema import TOOL_OK_STATUSES
 
 Marginal = ContinuousFit | DiscreteFit | CategoricalFit | BodyTailFit | EmpiricalTailFit
-RESPONSE_MODELS = ("parametric", "empirical_tail")
-MIN_TAIL_N = 200  # below this, a GPD tail is not identifiable: fit the body family alone
+WINDOWS = ("all", "recent")
+FALLBACK_FAMILIES = ("lognorm", "gamma", "weibull_min")
+DEFAULT_FAILURE_STATUS = "error"
 
 
 def marginal(d: dict[str, Any]) -> Marginal:
@@ -56,6 +68,28 @@ def training_samples(samples: pl.DataFrame) -> pl.DataFrame:
     ).drop("_g")
 
 
+PARTIAL_SHARE = 0.5  # a step with fewer samples than this share of the median step's is partial
+
+
+def full_and_partial_steps(samples: pl.DataFrame) -> tuple[list[int], list[int]]:
+    """(full steps, partial steps) in step order: a cut-off step (fewer than half the median
+    step's samples, e.g. the last step of a run stopped mid-rollout) is never fitted or scored."""
+    counts = samples.group_by("step").len().sort("step")
+    med = float(counts["len"].median() or 0)
+    full = [int(k) for k, c in zip(counts["step"], counts["len"], strict=True) if c >= PARTIAL_SHARE * med]
+    return full, [int(k) for k in counts["step"] if int(k) not in full]
+
+
+def is_multi_turn(s: pl.DataFrame) -> bool:
+    return bool(s["n_turns"].drop_nulls().len() and (s["n_turns"].fill_null(1) > 1).any())
+
+
+def recent_window(steps: list[int]) -> list[int]:
+    """The later half of the steps (at least 2, rounded up)."""
+    k = max(2, (len(steps) + 1) // 2)
+    return list(steps[-k:])
+
+
 def batch_shape(s: pl.DataFrame) -> dict[str, Any]:
     """Prompts per step, samples per prompt, DP ranks and the rank of each (mode over steps)."""
     per_step = s.group_by("step").agg(prompts=pl.col("group").n_unique(), samples=pl.len())
@@ -80,59 +114,53 @@ def batch_shape(s: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-def _fit_length(x: np.ndarray, cap: float | None, seed: int) -> dict[str, Any]:
+def _fallback(x: np.ndarray, cap: float | None, seed: int, integer: bool) -> dict[str, Any]:
+    """A plain scipy family for consumers that only read those (PolyTrace's parameter file)."""
+    return fit_continuous(x, censor_at=cap, seed=seed, integer=integer, families=FALLBACK_FAMILIES).to_dict()
+
+
+def fit_values(x: np.ndarray, *, cap: float | None = None, integer: bool = True, lower: float = 1.0, tail: bool = True,
+               trim: float = TRIM, for_export: bool = False, seed: int = 0) -> dict[str, Any]:
+    """A variable's marginal: atoms when it takes few values, else the empirical body with a
+    censored GPD tail (``tail=False``: the data's own range, no extrapolation)."""
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        raise ValueError(f"need at least 2 values to fit, got {x.size}")
     if is_categorical(x):
         d = fit_categorical(x).to_dict()
-        if np.unique(x).size > 1:
-            # a plain scipy family too, for consumers that only read scipy marginals (PolyTrace params)
-            d["scipy_fallback"] = fit_continuous(x, censor_at=cap, seed=seed, integer=True,
-                                                 families=("lognorm", "gamma", "weibull_min")).to_dict()
-        return d
-    return fit_continuous(x, censor_at=cap, seed=seed, integer=True).to_dict()
-
-
-def _fit_latency(x: np.ndarray, seed: int) -> dict[str, Any]:
-    x = x[np.isfinite(x) & (x > 0)]
-    if x.size >= MIN_TAIL_N:
-        try:
-            return fit_body_tail(x, seed=seed).to_dict()
-        except ValueError:
-            pass
-    return fit_continuous(x, seed=seed, integer=False, lower=0.0).to_dict()
-
-
-def fit_response(
-    steps: np.ndarray,
-    resp: np.ndarray,
-    cap: float | None,
-    *,
-    multi: bool = False,
-    seed: int = 0,
-    response_model: str = "parametric",
-    response_steps: list[int] | None = None,
-    response_tail_limit: float = 2.0,
-) -> tuple[dict[str, Any], DriftModel]:
-    """The response-length variable and its drift (see :func:`fit_workload` for the options)."""
-    win = np.isin(steps, response_steps) if response_steps else np.ones(steps.size, bool)
-    if not win.any():
-        raise ValueError(f"no samples in the response window {response_steps}")
-    steps_w, resp_w = steps[win], resp[win]
-    drift = fit_drift(steps_w, resp_w) if not multi else DriftModel("none", 0.0, 0.0, 0.0, int(steps.min()), int(steps.max()), 0.0)
-    if response_model == "empirical_tail":
-        # de-trended like the parametric fit; values at the cap are the cap mass whatever the step
-        f = np.exp(drift.log_factor(steps_w)) if drift.kind != "none" else np.ones(resp_w.size)
-        at_cap = resp_w >= cap if cap is not None else np.zeros(resp_w.size, bool)
-        rvar = fit_empirical_tail(np.where(at_cap, resp_w, resp_w / f), cap, tail_limit=response_tail_limit).to_dict()
-    elif drift.kind != "none":
-        # fit the shape on de-trended lengths; values at the cap become individual lower bounds
-        f = np.exp(drift.log_factor(steps_w))
-        cens = resp_w >= cap if cap is not None else np.zeros(resp_w.size, bool)
-        rvar = fit_continuous(np.minimum(resp_w, cap or np.inf) / f, censor_at=cap, censored=cens, seed=seed, integer=True,
-                              lower=1.0).to_dict()
     else:
-        rvar = _fit_length(resp_w, cap, seed)
-    rvar["censor_at"] = cap
-    return rvar, drift
+        d = fit_empirical_tail(x, cap, integer=integer, lower=lower, tail_prob=None if tail else 0.0, trim=trim).to_dict()
+    if for_export and np.unique(x).size > 1 and np.any(x > 0):
+        d["scipy_fallback"] = _fallback(np.maximum(x, 1e-9) if not integer else x, cap, seed, integer)
+    return d
+
+
+def fit_response(steps: np.ndarray, groups: np.ndarray, resp: np.ndarray, cap: float | None, *,
+                 window: str = "all", trim: float = TRIM, heavy: bool = True, for_export: bool = False,
+                 seed: int = 0) -> tuple[dict[str, Any], DriftModel, dict[int, float]]:
+    """The response-length variable, its level model and each step's latent log offset.
+
+    The marginal is fitted to lengths divided by their step's offset (the step's level relative
+    to the model's reference): a cut response says "at least cap / offset" there.
+    ``window="recent"``: the later half of the steps only (for workloads whose shape moves).
+    Multi-turn responses are composed from turns by the sampler: their marginal is a record, and
+    the level scales the turn completions and tool results.
+    """
+    uniq = sorted(int(v) for v in np.unique(steps))
+    keep = np.isin(steps, recent_window(uniq)) if window == "recent" else np.ones(steps.size, bool)
+    st, gr, r = steps[keep], groups[keep], resp[keep]
+    drift, offsets = fit_drift(st, r, gr, cap)
+    off = np.exp(np.array([offsets.get(int(k), 0.0) for k in st])) if offsets else np.ones(r.size)
+    cens = r >= cap if cap is not None else np.zeros(r.size, bool)
+    m = fit_empirical_tail(r / off, cap, censored=cens, trim=trim)
+    if heavy and trim > 0 and m.extremes:
+        untrimmed = fit_empirical_tail(r / off, cap, censored=cens, trim=0.0)
+        m.heavy_prob = heavy_step_share(untrimmed, st, r / off, cens)
+    d = m.to_dict()
+    if for_export:
+        d["scipy_fallback"] = _fallback(r, cap, seed, True)
+    return d, drift, offsets
 
 
 def fit_workload(
@@ -145,29 +173,29 @@ def fit_workload(
     task: str | None = None,
     max_response_length: float | None = None,
     seed: int = 0,
-    select_joint: bool = True,
-    response_model: str = "parametric",
-    response_steps: list[int] | None = None,
-    response_tail_limit: float = 2.0,
-    raw_joint: bool = True,
+    window: str = "all",
+    trim: float = TRIM,
+    heavy: bool = True,
     by_turns: bool = False,
+    for_export: bool = True,
 ) -> dict[str, Any]:
     """The spec entry for one run x task.
 
-    ``response_model``: ``parametric`` (censored MLE families, AIC) or ``empirical_tail``
-    (:mod:`analyses.fit.empirical`). ``response_steps``: fit the response marginal and its drift
-    on these steps only (a recent window); everything else uses every step.
-    ``response_tail_limit``: for ``empirical_tail`` with no cap known, the GPD tail is truncated
-    at this multiple of the largest value seen. ``raw_joint``: also fit PolyTrace's raw-token
-    mixture (only the params export reads it; validation fits skip it). ``by_turns`` (multi-turn):
-    also fit turn completions and tool results per trajectory turn count (:func:`fit_by_turns`).
+    ``window``: fit the response marginal and its level on ``all`` steps or the ``recent`` half.
+    ``trim``: the share of the largest tail exceedances that enter the GPD fit only as "at
+    least this large" (bounded influence of a few runaway responses, :mod:`analyses.fit.empirical`).
+    ``by_turns`` (multi-turn): also fit turn completions and tool results per trajectory turn
+    count (:func:`fit_by_turns`). ``for_export``: add the scipy fallbacks and the raw-token
+    mixture only the exports read (selection and fidelity fits skip them).
     """
-    if response_model not in RESPONSE_MODELS:
-        raise ValueError(f"response_model must be one of {RESPONSE_MODELS}, got {response_model!r}")
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {WINDOWS}, got {window!r}")
     s = training_samples(samples)
+    full, partial = full_and_partial_steps(s)
+    s = s.filter(pl.col("step").is_in(full))
     if s.height < 2:
         raise ValueError(f"{run_id}: fewer than 2 training samples")
-    multi = bool(s["n_turns"].drop_nulls().len() and (s["n_turns"].fill_null(1) > 1).any())
+    multi = is_multi_turn(s)
     batch = batch_shape(s)
     batch["multi_turn"] = multi
     resp = s["response_tokens"].cast(pl.Float64).to_numpy()
@@ -175,31 +203,37 @@ def fit_workload(
     cap = infer_cap(resp, max_response_length, trunc)
     groups = s["group"].to_numpy()
     steps = s["step"].to_numpy()
-    prompt = s["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy()
     first = s.unique("group", keep="first", maintain_order=True)
     variables: dict[str, Any] = {}
-    variables["prompt_tokens"] = _fit_length(first["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy(), None, seed)
+    prompt_first = first["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy()
+    variables["prompt_tokens"] = fit_values(prompt_first, tail=False, for_export=for_export, seed=seed)
 
-    rvar, drift = fit_response(steps, resp, cap, multi=multi, seed=seed, response_model=response_model,
-                               response_steps=response_steps, response_tail_limit=response_tail_limit)
+    rvar, drift, offsets = fit_response(steps, groups, resp, cap, window=window, trim=trim, heavy=heavy and not multi,
+                                        for_export=for_export, seed=seed)
+    rvar["censor_at"] = cap
     variables["response_tokens"] = rvar
 
+    extra: dict[str, Any] = {}
     if multi:
-        variables.update(_fit_multiturn(s, turns, tool_calls, cap, seed))
+        mt, lat_drift = _fit_multiturn(s, turns, tool_calls, cap, trim, offsets)
+        variables.update(mt)
         if by_turns:
-            variables.update(fit_by_turns(s, turns, tool_calls))
+            variables.update(fit_by_turns(s, turns, tool_calls, offsets))
+        if lat_drift is not None:
+            extra["tool_latency_drift"] = lat_drift.to_dict()
 
     if rank_times is not None and rank_times.height:
         rw = rank_times.filter((pl.col("phase") == "reward") & (pl.col("seconds") > 0) & (pl.col("n_samples") > 0))
         if rw.height >= 2:
             per = (rw["seconds"] / rw["n_samples"]).to_numpy()
-            variables["reward_time_per_sample_s"] = fit_continuous(per, seed=seed, integer=False, lower=0.0).to_dict()
+            variables["reward_time_per_sample_s"] = fit_values(per, integer=False, lower=0.0, tail=False, trim=0.0)
 
-    copula = fit_group_copula(prompt, resp, groups)
+    # the copula sees de-levelled responses: within-step dependence, not step-to-step level
+    delev = resp / np.exp(np.array([offsets.get(int(k), 0.0) for k in steps])) if offsets else resp
+    prompt = s["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy()
+    copula = fit_group_copula(prompt, delev, groups)
     joint: dict[str, Any] = {"selected": "gaussian_copula", "gaussian_copula": copula.to_dict()}
-    if select_joint and not multi and response_model == "parametric" and response_steps is None:
-        joint.update(_select_joint(s, variables, cap, seed))
-    if raw_joint:
+    if for_export:
         joint.update(_raw_joint(prompt, resp, seed))
 
     return json_safe(
@@ -208,10 +242,12 @@ def fit_workload(
             "task": task or "unknown",
             "n_samples": int(s.height),
             "steps_fitted": sorted(int(v) for v in s["step"].unique()),
+            **({"steps_excluded": partial} if partial else {}),
             "batch": batch,
             "variables": variables,
             "joint": joint,
             "drift": drift.to_dict(),
+            **extra,
         }
     )
 
@@ -229,21 +265,55 @@ def _raw_joint(prompt: np.ndarray, resp: np.ndarray, seed: int) -> dict[str, Any
     return {"raw_gaussian_mixture": raw_d}
 
 
-def _fit_multiturn(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.DataFrame | None, cap: float | None, seed: int) -> dict[str, Any]:
+def failure_statuses(status: pl.Series) -> tuple[float, dict[str, float]]:
+    """(failure rate, share of each failure status among failures): a failure is a known status
+    that is not a success one (the ``tool_latency`` view's definition)."""
+    st = status.drop_nulls()
+    if not st.len():
+        return 0.0, {}
+    failed = st.filter(~st.str.to_lowercase().is_in(TOOL_OK_STATUSES))
+    if not failed.len():
+        return 0.0, {}
+    counts = failed.value_counts(sort=True)
+    shares = {str(v): int(c) / failed.len() for v, c in zip(counts[failed.name], counts["count"], strict=True)}
+    return failed.len() / st.len(), dict(sorted(shares.items()))
+
+
+def delevel(df: pl.DataFrame, col: str, offsets: dict[int, float]) -> np.ndarray:
+    """``df[col]`` divided by the level factor of each row's step (nulls dropped)."""
+    d = df.filter(pl.col(col).is_not_null())
+    x = d[col].cast(pl.Float64).to_numpy()
+    if not offsets:
+        return x
+    return x / np.exp(np.array([offsets.get(int(k), 0.0) for k in d["step"]]))
+
+
+def _fit_multiturn(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.DataFrame | None, cap: float | None,
+                   trim: float, offsets: dict[int, float]) -> tuple[dict[str, Any], DriftModel | None]:
+    """The multi-turn pieces (completions and tool results de-levelled by the response level's
+    step offsets) and the level model of tool latency (its own step effect: a tool server's
+    latency moves with its load, not with the policy)."""
     out: dict[str, Any] = {}
+    lat_drift = None
     out["n_turns"] = fit_discrete(s["n_turns"].fill_null(1).to_numpy()).to_dict()
     out["n_tool_calls"] = fit_discrete(s["n_tool_calls"].fill_null(0).to_numpy()).to_dict()
     ids = s.select("step", "sample_id")
     if turns is not None and turns.height:
         t = turns.join(ids, on=["step", "sample_id"], how="semi")
-        comp = t["completion_tokens"].drop_nulls().cast(pl.Float64).to_numpy()
+        comp = delevel(t, "completion_tokens", offsets)
         if comp.size >= 2:
-            out["turn_completion_tokens"] = fit_continuous(comp, censor_at=infer_cap(comp, None), seed=seed, integer=True, lower=1.0).to_dict()
+            out["turn_completion_tokens"] = fit_values(comp, cap=infer_cap(comp, None), trim=trim)
         lat = t["engine_latency_s"].drop_nulls().to_numpy()
+        lat = lat[lat > 0]
         if lat.size >= 2:
-            out["engine_latency_s"] = fit_continuous(lat[lat > 0], seed=seed, integer=False, lower=0.0).to_dict()
+            out["engine_latency_s"] = fit_values(lat, integer=False, lower=0.0, trim=trim)
     if tool_calls is not None and tool_calls.height:
-        tc = tool_calls.join(ids, on=["step", "sample_id"], how="semi")
+        tc = tool_calls.join(s.select("step", "sample_id", "group"), on=["step", "sample_id"])
+        lat_all = tc.filter(pl.col("latency_s").is_not_null() & (pl.col("latency_s") > 0))
+        lat_offsets: dict[int, float] = {}
+        if lat_all.height >= 2:
+            lat_drift, lat_offsets = fit_drift(lat_all["step"].to_numpy(), lat_all["latency_s"].to_numpy(),
+                                               lat_all["group"].to_numpy())
         # calls per non-final turn: a turn that ends in a tool call makes >= 1 call
         per_turn = tc.group_by("step", "sample_id", "turn").len()["len"].to_numpy()
         if per_turn.size:
@@ -252,16 +322,15 @@ def _fit_multiturn(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.D
         total = tc.height
         for name, g in tc.group_by("tool_name", maintain_order=True):
             tname = str(name[0]) if name[0] is not None else "tool"
-            lat = g["latency_s"].drop_nulls().to_numpy()
+            lat = delevel(g.filter(pl.col("latency_s") > 0), "latency_s", lat_offsets)
+            lat = lat[np.isfinite(lat)]
             entry: dict[str, Any] = {"share": g.height / total, "n": g.height}
             if lat.size >= 2:
-                entry["latency_s"] = _fit_latency(lat, seed)
-            rt = g["response_tokens"].drop_nulls().cast(pl.Float64).to_numpy()
+                entry["latency_s"] = fit_values(lat, integer=False, lower=0.0, trim=trim)
+            rt = delevel(g, "response_tokens", offsets)
             if rt.size >= 2:
-                entry["response_tokens"] = fit_continuous(rt, seed=seed, integer=True, lower=0.0).to_dict()
-            ok = g["status"].drop_nulls()
-            # the tool_latency view's definition: a known status that is not a success one
-            entry["failure_rate"] = float((~ok.str.to_lowercase().is_in(TOOL_OK_STATUSES)).mean()) if ok.len() else 0.0
+                entry["response_tokens"] = fit_values(rt, lower=0.0, trim=trim)
+            entry["failure_rate"], entry["failure_statuses"] = failure_statuses(g["status"])
             tools[tname] = entry
         out["tools"] = tools
         # tokens a tool call adds to the trajectory beyond its response (templates, tags)
@@ -276,13 +345,14 @@ def _fit_multiturn(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.D
             if j.height:
                 extra = (j["response_tokens"] - j["c"] - j["t"].fill_null(0)).sum() / j["k"].sum()
                 out["tool_overhead_tokens"] = {"kind": "constant", "value": float(max(extra, 0.0))}
-    return out
+    return out, lat_drift
 
 
 MIN_BY_TURNS = 30  # observations below which a turn count uses the pooled fit
 
 
-def fit_by_turns(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.DataFrame | None) -> dict[str, Any]:
+def fit_by_turns(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.DataFrame | None,
+                 offsets: dict[int, float] | None = None) -> dict[str, Any]:
     """Turn completions and tool results conditional on the trajectory's turn count.
 
     Why: pooled over trajectories, a turn's completion and a tool's result do not depend on how
@@ -290,26 +360,27 @@ def fit_by_turns(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.Dat
     completes ~110 tokens, a tool-calling turn ~50-100; a 2-turn trajectory's search results are
     longer than a 4-turn one's), so the pooled composition gets the response per turn count wrong.
     Each piece is an :class:`~analyses.fit.empirical.EmpiricalTailFit` with no extrapolation
-    beyond the largest value seen (tail_limit 1): ``completion_by_turns[<n>]`` has ``tool_turn``
-    (turns that call a tool) and ``final`` (the last turn); ``tool_response_by_turns[<tool>][<n>]``
-    the tool's result tokens. A turn count with fewer than ``MIN_BY_TURNS`` observations is left
-    out (the sampler uses the pooled fit for it).
+    beyond the data's range: ``completion_by_turns[<n>]`` has ``tool_turn`` (turns that call a
+    tool) and ``final`` (the last turn); ``tool_response_by_turns[<tool>][<n>]`` the tool's result
+    tokens. A turn count with fewer than ``MIN_BY_TURNS`` observations is left out (the sampler
+    uses the pooled fit for it).
     """
     out: dict[str, Any] = {}
     nt = s.select("step", "sample_id", "n_turns")
+    offsets = offsets or {}
 
     def emp(x: np.ndarray) -> dict[str, Any] | None:
         x = x[np.isfinite(x)]
         if x.size < MIN_BY_TURNS or np.unique(x).size < 2:
             return None
-        return fit_empirical_tail(x, None, lower=0.0, tail_limit=1.0).to_dict()
+        return fit_empirical_tail(x, None, lower=0.0, tail_prob=0.0).to_dict()
 
     if turns is not None and turns.height:
         t = turns.join(nt, on=["step", "sample_id"]).filter(pl.col("completion_tokens").is_not_null())
         t = t.with_columns(final=pl.col("turn") == pl.col("n_turns") - 1)
         comp: dict[str, Any] = {}
         for (n, final), g in t.group_by("n_turns", "final"):
-            f = emp(g["completion_tokens"].cast(pl.Float64).to_numpy())
+            f = emp(delevel(g, "completion_tokens", offsets))
             if f is not None:
                 comp.setdefault(str(int(n)), {})["final" if final else "tool_turn"] = f
         if comp:
@@ -318,59 +389,11 @@ def fit_by_turns(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.Dat
         c = tool_calls.join(nt, on=["step", "sample_id"]).filter(pl.col("response_tokens").is_not_null())
         res: dict[str, Any] = {}
         for (name, n), g in c.group_by("tool_name", "n_turns"):
-            f = emp(g["response_tokens"].cast(pl.Float64).to_numpy())
+            f = emp(delevel(g, "response_tokens", offsets))
             if f is not None:
                 res.setdefault(str(name) if name is not None else "tool", {})[str(int(n))] = f
         if res:
             out["tool_response_by_turns"] = {k: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for k, v in sorted(res.items())}
-    return out
-
-
-def _select_joint(s: pl.DataFrame, variables: dict[str, Any], cap: float | None, seed: int) -> dict[str, Any]:
-    """Copula vs mixture on held-out prompt groups (every other group held out)."""
-    ng = int(s["group"].max()) + 1
-    if ng < 8:
-        return {}
-    fit_s = s.filter(pl.col("group") % 2 == 0)
-    hold = s.filter(pl.col("group") % 2 == 1)
-    rng = np.random.default_rng(seed)
-    fp = fit_s["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy()
-    fr = fit_s["response_tokens"].cast(pl.Float64).to_numpy()
-    fg = fit_s["group"].to_numpy()
-    hp = hold["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy()
-    hr = hold["response_tokens"].cast(pl.Float64).to_numpy()
-    hg = hold["group"].to_numpy()
-    n_per = int(hold.group_by("group").len()["len"].mode().sort()[-1])
-    n_groups = max(int(np.unique(hg).size), 1)
-    # copula over marginals fitted on the fit half
-    first = fit_s.unique("group", keep="first", maintain_order=True)
-    mp = marginal(_fit_length(first["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy(), None, seed))
-    mr = marginal(_fit_length(fr, cap, seed))
-    cop = fit_group_copula(fp, fr, fg)
-    up, ur = cop.latents(rng, n_groups, n_per)
-    cp = np.repeat(mp.ppf(up), n_per)
-    cr = mr.ppf(ur.ravel())
-    cg = np.repeat(np.arange(n_groups), n_per)
-    scores = {"gaussian_copula": joint_distance(cp, cr, cg, hp, hr, hg)}
-    out: dict[str, Any] = {}
-    try:
-        gm = fit_gmm_bic(np.column_stack([np.log(np.maximum(fp, 1)), np.log(np.maximum(fr, 1))]), seed=seed)
-        g = gm.sample(rng, n_groups * n_per)
-        gp, gr = np.exp(g[:, 0]), np.exp(g[:, 1])
-        if cap is not None:
-            gr = np.minimum(gr, cap)
-        scores["gaussian_mixture"] = joint_distance(np.rint(gp), np.rint(gr), cg, hp, hr, hg)
-        # the mixture used for generation is refitted on all training samples
-        full = fit_gmm_bic(
-            np.column_stack([np.log(np.maximum(s["prompt_tokens"].cast(pl.Float64).fill_null(1).to_numpy(), 1)),
-                             np.log(np.maximum(s["response_tokens"].cast(pl.Float64).to_numpy(), 1))]),
-            seed=seed,
-        )
-        out["gaussian_mixture"] = full.to_dict()
-    except (ValueError, np.linalg.LinAlgError):
-        pass
-    out["selection"] = scores
-    out["selected"] = min(scores, key=lambda k: scores[k]["score"])
     return out
 
 

@@ -17,7 +17,7 @@ from dagster import (
 )
 
 from analyses.export.registry import export_formats, format_names
-from pipelines.assets.fit import fidelity_markdown
+from pipelines.assets.fit import fidelity_markdown, fidelity_metadata
 from pipelines.resources import WarehouseResource
 
 EXPORT_GROUP = "export"
@@ -39,7 +39,7 @@ def workload_exports(context: AssetExecutionContext, warehouse: WarehouseResourc
     out = pt.export_all(seed=EXPORT_SEED)
     names = format_names()
     rows = [f"| {r} | " + " | ".join(str(len(per.get(f, []))) for f in names) + " |" for r, per in out.files.items()]
-    fid = [r for r in pt.fidelity_results() if r["run_id"] in out.files and "accuracy_pct" in r]
+    fid = [r for r in pt.fidelity_results() if r["run_id"] in out.files and "rolling_origin" in r]
     meta: dict[str, Any] = {
         "runs_exported": MetadataValue.int(len(out.files)),
         "files": MetadataValue.int(out.n_files),
@@ -51,8 +51,6 @@ def workload_exports(context: AssetExecutionContext, warehouse: WarehouseResourc
         ),
         "fidelity": MetadataValue.md(fidelity_markdown(fid)),
     }
-    for res in fid:
-        meta[f"accuracy_pct/{res['run_id']}"] = MetadataValue.float(round(res["accuracy_pct"], 2))
-        meta[f"baseline_accuracy_pct/{res['run_id']}"] = MetadataValue.float(round(res["baseline_accuracy_pct"], 2))
+    meta.update(fidelity_metadata(fid))
     context.log.info(f"exported {len(out.files)} run(s): {out.n_files} file(s)")
     return MaterializeResult(metadata=meta)

@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 from _fit_synth import synth_multiturn, synth_samples
 
+from analyses.export.formats.aiperf import percent_thousandths
 from analyses.export.registry import export, format_names
 from analyses.export.sampler import generate, steps_for
 from analyses.export.spec import build_spec
@@ -86,7 +87,10 @@ def test_v1_vidur_mooncake_aiperf_params(single, multi, tmp_path: Path):
         pair, prob = b.split(":")
         isl, osl = pair.split(",")
         assert int(isl.split("|")[0]) >= 1 and int(osl.split("|")[0]) >= 1 and float(prob) > 0
-    assert sum(p["prob"] for p in json.loads(js.read_text())["pairs"]) == pytest.approx(100, abs=0.1)
+    # aiperf's DistributionParser allows 1e-6: the rounded shares must sum to 100 exactly
+    assert sum(p["prob"] for p in json.loads(js.read_text())["pairs"]) == pytest.approx(100, abs=1e-9)
+    assert sum(float(b.split(":")[1]) for b in buckets) == pytest.approx(100, abs=1e-9)
+
 
     (pp,) = export(single, "polytrace-params", tmp_path / "pp")
     params = json.loads(pp.read_text())
@@ -214,3 +218,11 @@ def test_mooncake_blocks_are_shared_only_within_a_group(multi, tmp_path: Path):
     assert all(len(g) == 1 for g in groups_of.values())
     shared = [h for h, ss in owners.items() if len(ss) > 1]
     assert shared and all(len(groups_of[h]) == 1 for h in shared)
+
+
+def test_percent_thousandths_give_the_rounding_to_the_largest_remainders() -> None:
+    # by hand: 1/3 each = 33333.33 thousandths: floors sum to 99,999, one goes to the first
+    assert percent_thousandths(np.array([1, 1, 1])) == [33.334, 33.333, 33.333]
+    # 2/7, 5/7 -> 28571.43 + 71428.57 thousandths: the larger remainder (.57) gets the missing unit
+    assert percent_thousandths(np.array([2, 5])) == [28.571, 71.429]
+    assert sum(percent_thousandths(np.array([0.1] * 7 + [0.3]))) == pytest.approx(100, abs=1e-9)

@@ -10,7 +10,7 @@ import pytest
 
 from analyses.ingest import ingest_run
 from analyses.manifest import RunManifest
-from analyses.readers import detect
+from analyses.readers import detect, limits
 from analyses.readers.base import Chunk, FileContext, UnreadableFile, read_head
 from analyses.readers.lines import count_lines, iter_line_batches
 from analyses.readers.verl_console import VerlConsoleReader, parse_batch
@@ -198,6 +198,17 @@ def test_malformed_step_lines_are_rejected_with_reasons() -> None:
     assert reasons[11].endswith("key 'x/evil'") and r.value(11, "x/ok") == 1.0
     assert r.rej.height == 8  # 5 rejected lines + 3 dropped pairs
     assert sorted(r.sm["step"].unique().to_list()) == [1, 7, 10, 11]
+
+
+def test_step_line_with_more_pairs_than_a_record_may_hold_values(tmp_path: Path) -> None:
+    # a fuzzed line of 1.7M "a/b:1.5" pairs peaked at 550 MB split; bounded by max_json_values
+    p = tmp_path / "dense_step_line.log"
+    p.write_text("step:1 - " + " - ".join(["a/b:1.5"] * 12) + "\nstep:2 - " + " - ".join(["a/b:2.5"] * 11) + "\n")
+    with limits.override(max_json_values=11):
+        r = Read(p)
+    assert r.acc == {"lines": 2, "rows_ok": 1, "rows_rejected": 1, "rows_skipped": 0}
+    assert r.rej["reason"].to_list() == ["too_many_values: more than 11 key:value pairs on one step line"]
+    assert r.sm["step"].unique().to_list() == [2]
 
 
 def test_crlf_line_endings() -> None:

@@ -217,7 +217,7 @@ def test_column_schema_and_dtype_names() -> None:
     cols = column_schema("steps")
     assert [c[0] for c in cols] == list(STEPS.columns)
     assert cols[0][2] and "partition" in cols[0][2]  # run_id
-    assert cols[1] == ("step", "Int64", "key column")
+    assert cols[1] == ("step", "Int64", "key column; training step")
     assert dict((n, t) for n, t, _ in cols)["ts"] == "Datetime(us, UTC)"
     assert dtype_name(pl.Datetime("ns")) == "Datetime(ns)"
 

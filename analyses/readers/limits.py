@@ -20,7 +20,9 @@ limit                     default      what happens past it
                                        turns, indices) is longer is rejected
 ``max_json_values``       262144       a JSON-lines record with more values is rejected
                                        (``json_too_large``) before any parser sees it (a
-                                       16 MiB array of 8M numbers took DuckDB 1.5 GB)
+                                       16 MiB array of 8M numbers took DuckDB 1.5 GB); so
+                                       is a console step line of more ``key:value`` pairs
+                                       (``too_many_values``)
 ``gzip_max_ratio``        200          a gzip (or tar.gz) file that inflates beyond
 ``gzip_min_cap_bytes``    256 MiB      ``max(gzip_max_ratio x compressed size,
                                        gzip_min_cap_bytes)`` is refused (a gzip bomb); real
@@ -29,7 +31,8 @@ limit                     default      what happens past it
 
 Why 16 MiB and not more: a line just under the limit is parsed whole, and the densest lines
 cost many times their size (a console step line of 16 MiB holds 1.7M ``key:value`` pairs and
-peaks at ~550 MB RSS; at 64 MiB the same line peaked at 1.6 GB). 16 MiB keeps every input of
+peaked at ~550 MB RSS before ``max_json_values`` bounded the pairs; at 64 MiB the same line
+peaked at 1.6 GB). 16 MiB keeps every input of
 the fuzz corpus under 1 GB; real records are far smaller (a verl step line is 4-15 KB, a Kineto
 event a few hundred bytes).
 

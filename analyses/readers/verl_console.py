@@ -62,6 +62,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from analyses.readers import limits
 from analyses.readers.base import Chunk, FileContext, ReaderBase, rejects_frame
 from analyses.readers.lines import iter_line_batches
 from analyses.steps import canonical_metric, is_validation_metric
@@ -150,7 +151,11 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
 
     # the rejects are built only when there is something to reject: a batch of clean step lines
     # (the common case) pays nothing for them
-    good_head = pl.col("step_ok") & pl.col("tail").is_not_null()
+    # a line of more pairs than a JSON record may hold values is rejected before it is split:
+    # split, a 16 MiB line of 1.7M pairs costs ~550 MB (real step lines hold a few hundred)
+    max_pairs = limits.current().max_json_values
+    too_many = pl.col("tail").str.count_matches(_PAIR_SEP, literal=True) >= max_pairs
+    good_head = pl.col("step_ok") & pl.col("tail").is_not_null() & ~too_many.fill_null(False)
     line_rejects = _EMPTY_REJECTS
     if not lines.select(good_head.all()).item():
         line_rejects = lines.filter(~good_head).select(
@@ -161,7 +166,9 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
                     "malformed step line: step '{}' is not an integer", pl.col("token").str.slice(0, 40)
                 )
             )
-            .otherwise(pl.lit("malformed step line: no ' - key:value' pairs after step:N")),
+            .when(pl.col("tail").is_null())
+            .then(pl.lit("malformed step line: no ' - key:value' pairs after step:N"))
+            .otherwise(pl.lit(f"too_many_values: more than {max_pairs} key:value pairs on one step line")),
             raw=pl.col("line"),
         )
         lines = lines.filter(good_head)

@@ -29,17 +29,11 @@ KNOWN_DEFECTS: dict[tuple[str, str], str] = {
                                            "(and response_loss_mask_rle): upstream's replay prefills 41.0% of the "
                                            "records' own prompt_tokens",
     ("v2_replay_vs_real", "search-r1"): "same missing replay fields: 40.4% of the real run's per-step prefill",
-    ("v2_tool_failures", "search-r1"): "the sampler ignores the fitted tool failure_rate (0.0037): 0 of 6,739 "
-                                       "exported tool calls fail",
     ("params_task_keys", "verl-video"): _TASK_KEY,
     ("params_task_keys", "dapo-0610"): _TASK_KEY,
     ("params_task_keys", "dapo-0614"): _TASK_KEY,
     ("params_task_keys", "rllm"): _TASK_KEY,
     ("params_task_keys", "search-r1"): _TASK_KEY,
-    ("aiperf_parse", "verl-video"): "DistributionParser.parse: Probabilities must sum to 100.0, got 100.001000 "
-                                    "(.txt and .json; rounding is not re-normalised)",
-    ("aiperf_parse", "search-r1"): "DistributionParser.parse: Probabilities must sum to 100.0, got 99.999000 "
-                                   "(.txt and .json; rounding is not re-normalised)",
     ("mooncake_load", "search-r1"): "MooncakeTraceDatasetLoader.convert_to_conversations: ConfigurationError: hash_id 0 "
                                     "requested at 512 tokens but was already materialized at 320 tokens (a prompt's "
                                     "hash ids stand for blocks of different sizes)",

@@ -27,15 +27,29 @@ def aiperf_buckets(w: dict[str, Any], seed: int = 0, n_buckets: int = 8, n_draws
         osl = g.samples["response_tokens"].to_numpy().astype(float)
     edges = np.unique(np.quantile(osl, np.linspace(0, 1, n_buckets + 1)))
     idx = np.clip(np.searchsorted(edges, osl, side="right") - 1, 0, max(edges.size - 2, 0))
+    buckets = np.unique(idx)
+    shares = np.array([(idx == b).mean() for b in buckets])
     out = []
-    for b in np.unique(idx):
+    for b, prob in zip(buckets, percent_thousandths(shares), strict=True):
         m = idx == b
         out.append({
             "isl": int(round(isl[m].mean())), "isl_stddev": int(round(isl[m].std())),
             "osl": int(round(osl[m].mean())), "osl_stddev": int(round(osl[m].std())),
-            "prob": round(100.0 * m.mean(), 3),
+            "prob": prob,
         })
     return out
+
+
+def percent_thousandths(shares: np.ndarray) -> list[float]:
+    """Shares as percentages with 3 decimals summing to exactly 100: aiperf's
+    ``DistributionParser`` refuses a sum off by 1e-6, so plain rounding (99.999, 100.001) fails.
+    Largest remainder: floor every share in thousandths of a percent, then give the missing
+    thousandths to the largest remainders."""
+    exact = np.asarray(shares, dtype=float) / float(np.sum(shares)) * 100_000
+    units = np.floor(exact).astype(np.int64)
+    short = 100_000 - int(units.sum())
+    units[np.argsort(-(exact - units), kind="stable")[:short]] += 1
+    return [int(u) / 1000 for u in units]
 
 
 def write_aiperf(w: dict[str, Any], d: Path, seed: int = 0) -> list[Path]:

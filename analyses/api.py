@@ -25,6 +25,7 @@ from analyses import catalog
 from analyses.export.registry import export as export_spec
 from analyses.export.registry import format_names
 from analyses.export.spec import build_spec, read_spec, write_spec
+from analyses.fit.cache import cached, is_fresh
 from analyses.fit.data import load_run, runs_with_samples, runs_with_steps
 from analyses.fit.fidelity import DEFAULT_SEEDS, Progress, fidelity, step_time_only
 from analyses.fit.fidelity_table import criterion
@@ -88,6 +89,7 @@ class FitSummary:
     fidelity: list[dict[str, Any]] = field(default_factory=list)
     step_models: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    computed: list[str] = field(default_factory=list)  # runs fitted or scored now (the others came from the cache)
 
 
 @dataclass
@@ -198,37 +200,55 @@ class PolyTrace:
         return runs_with_steps(self.root)
 
     def fit(self, runs: Sequence[str] | None = None, seed: int = 0, out: Path | None = None,
-            progress: Progress | None = None) -> dict[str, Any]:
+            progress: Progress | None = None, cache: bool = True) -> dict[str, Any]:
         """Fit ``runs`` (default: every run with per-sample lengths) into one spec; write it to ``out``.
-        ``progress`` receives ``run_start`` / ``run_done`` events (see :mod:`analyses.cli.work_progress`)."""
-        spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress)
+        ``progress`` receives ``run_start`` / ``run_done`` events (see :mod:`analyses.cli.work_progress`).
+        An unchanged run's fit comes from :mod:`analyses.fit.cache` unless ``cache`` is False."""
+        spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress, cache=cache)
         if out is not None:
             write_spec(spec, out)
         return spec
 
-    def fidelity(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None) -> dict[str, Any] | None:
+    def fidelity(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
+                 cache: bool = True) -> dict[str, Any] | None:
         """Our generator and PolyTrace's histogram resampler scored by rolling origin over one
         run (:mod:`analyses.fit.fidelity`); the step-time model alone for a run with a step log but
-        no per-sample lengths; None when neither applies."""
-        frames = load_run(self.root, run_id)
-        if run_id in self.runs_with_samples():
-            return fidelity(frames, seeds=seeds, progress=progress)
-        return step_time_only(frames)
+        no per-sample lengths; None when neither applies. An unchanged run's scores come from
+        :mod:`analyses.fit.cache` unless ``cache`` is False."""
+        if run_id not in self.runs_with_samples():
+            return step_time_only(load_run(self.root, run_id))
+
+        def score() -> dict[str, Any]:
+            return fidelity(load_run(self.root, run_id), seeds=seeds, progress=progress)
+
+        if not cache:
+            return score()
+        res, hit = cached(self.root, run_id, "fidelity", score, seeds=list(seeds))
+        if hit and progress:
+            progress("run_start", {"run_id": run_id, "origins": 0})
+            progress("run_done", {"run_id": run_id})
+        return res
 
     @staticmethod
     def fidelity_criterion(results: list[dict[str, Any]]) -> dict[str, Any]:
         """Mean / minimum CRPS skill, pooled coverage, worst KS margin and the targets met."""
         return criterion(results)
 
-    def fit_warehouse(self, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None) -> FitSummary:
+    def fit_warehouse(self, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
+                      cache: bool = True) -> FitSummary:
         """Specs and fidelity for every run: ``fits/<run>.spec.json``, ``fits/all_runs.spec.json``
-        and ``fits/fidelity.json``. A run too small to fit is reported, not fatal for the others."""
+        and ``fits/fidelity.json``. A run too small to fit is reported, not fatal for the others.
+        A run unchanged since its last fit is not fitted or scored again unless ``cache`` is False."""
         out = FitSummary()
         self.layout.fits.mkdir(parents=True, exist_ok=True)
         specs: dict[str, dict[str, Any]] = {}
         for r in self.runs_with_samples():
+            fresh = cache and is_fresh(self.root, r, "workloads", seed=0) and is_fresh(
+                self.root, r, "fidelity", seeds=list(seeds))
+            if not fresh:
+                out.computed.append(r)
             try:
-                specs[r] = fit_runs(self.root, [r])
+                specs[r] = fit_runs(self.root, [r], cache=cache)
                 out.specs[r] = write_spec(specs[r], self.layout.spec_path(r))
                 out.runs.append(r)
             except ValueError as exc:
@@ -239,7 +259,7 @@ class PolyTrace:
             out.specs["*"] = write_spec(merged, self.layout.spec_path())
         for r in out.runs:
             try:
-                out.fidelity.append(fidelity(load_run(self.root, r), seeds=seeds, progress=progress))
+                out.fidelity.append(self.fidelity(r, seeds=seeds, progress=progress, cache=cache))
             except ValueError as exc:
                 out.skipped[r] = f"fidelity: {exc}"
         for r in self.runs_with_steps():

@@ -62,13 +62,16 @@ def fidelity_metadata(results: list[dict[str, Any]]) -> dict[str, Any]:
     "reward time, the group copula and the step-to-step level of response lengths (shrunk trend, step random "
     "effect). Writes `fits/<run>.spec.json` and `fits/all_runs.spec.json` (schema: analyses/export/spec.schema.json), "
     "and scores each run by rolling origin, ours beside PolyTrace's 20-bin histogram resampler: CRPS skill, 90% "
-    "interval coverage and KS of sample shape, the numbers `polytrace fidelity --all` prints.",
+    "interval coverage and KS of sample shape, the numbers `polytrace fidelity --all` prints. A run whose input "
+    "files, run.toml facts and fitting code are unchanged since its last fit comes from `fits/cache/` (adding a run "
+    "costs one run's fit).",
 )
 def workload_specs(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
     pt = warehouse.polytrace
     out = pt.fit_warehouse()
     meta: dict[str, Any] = {
         "runs_fitted": MetadataValue.int(len(out.runs)),
+        "runs_computed": MetadataValue.int(len(out.computed)),
         "fidelity": MetadataValue.md(fidelity_markdown(out.fidelity + out.step_models)),
         "fidelity_json": MetadataValue.path(str(pt.layout.fidelity_path)),
         **fidelity_metadata(out.fidelity),

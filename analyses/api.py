@@ -26,7 +26,7 @@ from analyses.export.registry import export as export_spec
 from analyses.export.registry import format_names
 from analyses.export.spec import build_spec, read_spec, write_spec
 from analyses.fit.cache import cached, is_fresh
-from analyses.fit.data import load_run, runs_with_samples, runs_with_steps
+from analyses.fit.data import has_samples, has_step_times, load_run, runs_with_samples, runs_with_steps
 from analyses.fit.fidelity import DEFAULT_SEEDS, Progress, fidelity, step_time_only
 from analyses.fit.fidelity_table import criterion
 from analyses.fit.runs import fit_runs
@@ -90,6 +90,19 @@ class FitSummary:
     step_models: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     computed: list[str] = field(default_factory=list)  # runs fitted or scored now (the others came from the cache)
+
+
+@dataclass
+class RunFit:
+    """What :meth:`PolyTrace.fit_run` did for one run."""
+
+    run_id: str
+    spec: dict[str, Any] | None = None
+    spec_path: Path | None = None
+    fidelity: dict[str, Any] | None = None
+    step_model: dict[str, Any] | None = None
+    skipped: str | None = None
+    computed: bool = False  # fitted or scored now (False: everything came from the cache)
 
 
 @dataclass
@@ -215,7 +228,7 @@ class PolyTrace:
         run (:mod:`analyses.fit.fidelity`); the step-time model alone for a run with a step log but
         no per-sample lengths; None when neither applies. An unchanged run's scores come from
         :mod:`analyses.fit.cache` unless ``cache`` is False."""
-        if run_id not in self.runs_with_samples():
+        if not has_samples(self.root, run_id):
             return step_time_only(load_run(self.root, run_id))
 
         def score() -> dict[str, Any]:
@@ -234,41 +247,63 @@ class PolyTrace:
         """Mean / minimum CRPS skill, pooled coverage, worst KS margin and the targets met."""
         return criterion(results)
 
+    def fit_run(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
+                cache: bool = True) -> RunFit:
+        """One run's spec (``fits/<run>.spec.json``) and fidelity, or its step-time model when it
+        has only a step log; from :mod:`analyses.fit.cache` when the run is unchanged since its
+        last fit (unless ``cache`` is False). Too little data is said in ``skipped``, not raised."""
+        out = RunFit(run_id)
+        if not has_samples(self.root, run_id):
+            if has_step_times(self.root, run_id):
+                out.step_model = step_time_only(load_run(self.root, run_id))
+            if out.step_model is None:
+                out.skipped = "neither per-sample lengths nor step times"
+            return out
+        out.computed = not (cache and is_fresh(self.root, run_id, "workloads", seed=0)
+                            and is_fresh(self.root, run_id, "fidelity", seeds=list(seeds)))
+        try:
+            out.spec = fit_runs(self.root, [run_id], cache=cache)
+        except ValueError as exc:
+            out.skipped = str(exc)
+            if has_step_times(self.root, run_id):  # too few samples to fit: the step log may still say something
+                out.step_model = step_time_only(load_run(self.root, run_id))
+            return out
+        self.layout.fits.mkdir(parents=True, exist_ok=True)
+        out.spec_path = write_spec(out.spec, self.layout.spec_path(run_id))
+        try:
+            out.fidelity = self.fidelity(run_id, seeds=seeds, progress=progress, cache=cache)
+        except ValueError as exc:
+            out.skipped = f"fidelity: {exc}"
+        return out
+
     def fit_warehouse(self, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
                       cache: bool = True) -> FitSummary:
         """Specs and fidelity for every run: ``fits/<run>.spec.json``, ``fits/all_runs.spec.json``
         and ``fits/fidelity.json``. A run too small to fit is reported, not fatal for the others.
-        A run unchanged since its last fit is not fitted or scored again unless ``cache`` is False."""
+        A run unchanged since its last fit is not fitted or scored again unless ``cache`` is False,
+        so this costs one run's fit per new or changed run (:meth:`fit_run` per run)."""
         out = FitSummary()
         self.layout.fits.mkdir(parents=True, exist_ok=True)
         specs: dict[str, dict[str, Any]] = {}
-        for r in self.runs_with_samples():
-            fresh = cache and is_fresh(self.root, r, "workloads", seed=0) and is_fresh(
-                self.root, r, "fidelity", seeds=list(seeds))
-            if not fresh:
+        for r in sorted(set(self.runs_with_samples()) | set(self.runs_with_steps())):
+            f = self.fit_run(r, seeds=seeds, progress=progress, cache=cache)
+            if f.computed:
                 out.computed.append(r)
-            try:
-                specs[r] = fit_runs(self.root, [r], cache=cache)
-                out.specs[r] = write_spec(specs[r], self.layout.spec_path(r))
+            if f.spec is not None and f.spec_path is not None:
+                specs[r] = f.spec
+                out.specs[r] = f.spec_path
                 out.runs.append(r)
-            except ValueError as exc:
-                out.skipped[r] = str(exc)
+            if f.fidelity is not None:
+                out.fidelity.append(f.fidelity)
+            if f.step_model is not None:
+                out.step_models.append(f.step_model)
+            if f.skipped:
+                out.skipped[r] = f.skipped
         if out.runs:
             # the all-runs spec is the per-run specs side by side: no second fit
             merged = build_spec({k: v for r in out.runs for k, v in specs[r]["workloads"].items()}, out.runs)
             out.specs["*"] = write_spec(merged, self.layout.spec_path())
-        for r in out.runs:
-            try:
-                out.fidelity.append(self.fidelity(r, seeds=seeds, progress=progress, cache=cache))
-            except ValueError as exc:
-                out.skipped[r] = f"fidelity: {exc}"
-        for r in self.runs_with_steps():
-            if r not in out.runs:
-                m = step_time_only(load_run(self.root, r))
-                if m:
-                    out.step_models.append(m)
-        slim = [{k: v for k, v in r.items() if k != "real_per_step"} for r in [*out.fidelity, *out.step_models]]
-        self.layout.fidelity_path.write_text(json.dumps(slim, indent=1) + "\n")
+        self.layout.fidelity_path.write_text(json.dumps([*out.fidelity, *out.step_models], indent=1) + "\n")
         return out
 
     def fidelity_results(self) -> list[dict[str, Any]]:

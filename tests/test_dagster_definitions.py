@@ -49,6 +49,8 @@ CHARACTERIZE_KEYS = [
 ]
 # the fit and export stages (pipelines/assets/fit.py, export.py): specs + fidelity, every export format
 FIT_KEYS = ["workload_exports", "workload_specs"]
+# one run's fit, done in the run's ingest job (cached by content: the cross-run fit only combines)
+PER_RUN_FIT_KEYS = ["run_workload"]
 EXPECTED_ASSET_KEYS = sorted(
     [
         "filter_batches",
@@ -66,6 +68,7 @@ EXPECTED_ASSET_KEYS = sorted(
         "warehouse_catalog",
         *CHARACTERIZE_KEYS,
         *FIT_KEYS,
+        *PER_RUN_FIT_KEYS,
     ]
 )
 EXPECTED_CHECK_KEYS = [
@@ -95,7 +98,7 @@ BLOCKING_CHECKS = {k for k in EXPECTED_CHECK_KEYS if k.endswith(":schema_matches
 TABLE_KEYS = [
     k
     for k in EXPECTED_ASSET_KEYS
-    if k != "warehouse_catalog" and k not in CHARACTERIZE_KEYS and k not in FIT_KEYS
+    if k != "warehouse_catalog" and k not in CHARACTERIZE_KEYS and k not in FIT_KEYS and k not in PER_RUN_FIT_KEYS
 ]
 
 
@@ -151,8 +154,11 @@ def test_groups_partitions_and_jobs() -> None:
     ingest_job = defs.resolve_job_def(INGEST_JOB_NAME)
     assert ingest_job.partitions_def is not None and ingest_job.partitions_def.name == RUNS_PARTITIONS_NAME
     assert sorted(k.to_user_string() for k in ingest_job.asset_layer.selected_asset_keys) == sorted(
-        [*TABLE_KEYS, "warehouse_catalog"]
+        [*TABLE_KEYS, *PER_RUN_FIT_KEYS, "warehouse_catalog"]
     )
+    fit = graph.get(AssetKey("run_workload"))
+    assert fit.group_name == "fit" and fit.partitions_def is not None and fit.partitions_def.name == RUNS_PARTITIONS_NAME
+    assert "run_workload" in {p.to_user_string() for p in graph.get(AssetKey("workload_specs")).parent_keys}
     cross = defs.resolve_job_def(CROSS_RUN_JOB_NAME)
     assert sorted(k.to_user_string() for k in cross.asset_layer.selected_asset_keys) == sorted(
         ["warehouse_catalog", *CHARACTERIZE_KEYS, *FIT_KEYS]

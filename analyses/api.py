@@ -195,12 +195,13 @@ class PolyTrace:
     # ------------------------------------------------------------------ report
 
     def report(self, out: Path | None = None, runs: Iterable[str] | None = None, png: bool = True,
-               png_dir: Path | None = None, all_pngs: bool = False) -> ReportResult:
-        """The self-contained HTML report (default ``<warehouse>/reports/polytrace_report.html``)."""
+               png_dir: Path | None = None, all_pngs: bool = False, progress: Progress | None = None) -> ReportResult:
+        """The self-contained HTML report (default ``<warehouse>/reports/polytrace_report.html``);
+        ``progress`` hears a step per section and one for the PNGs."""
         con = self.connect()
         try:
             return build_report(con, out if out is not None else self.layout.reports / REPORT_NAME, runs=runs, png=png,
-                                png_dir=png_dir, all_pngs=all_pngs, source=str(self.root.resolve()))
+                                png_dir=png_dir, all_pngs=all_pngs, source=str(self.root.resolve()), progress=progress)
         finally:
             con.close()
 

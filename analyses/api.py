@@ -44,6 +44,8 @@ SELECT r.run_id, r.task, r.model,
        (SELECT count(*) FROM source_files f WHERE f.run_id = r.run_id AND f.status NOT IN ('ok', 'partial')) AS file_errors,
        (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps,
        (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples,
+       (SELECT count(*) FROM tool_calls s WHERE s.run_id = r.run_id) AS tool_calls,
+       (SELECT count(*) FROM rank_times s WHERE s.run_id = r.run_id) AS rank_times,
        (SELECT count(*) FROM gpu_samples s WHERE s.run_id = r.run_id) AS gpu_samples,
        (SELECT count(*) FROM rejects s WHERE s.run_id = r.run_id) AS rejects
 FROM runs r ORDER BY r.run_id
@@ -165,7 +167,8 @@ class PolyTrace:
     # ------------------------------------------------------------------ views
 
     def runs(self) -> pl.DataFrame:
-        """One row per run with its counts of files, steps, samples, telemetry and rejects."""
+        """One row per run with its counts of files, steps, samples, tool calls, rank times, telemetry and
+        rejects (a run of per-worker timings alone is not a row of zeros)."""
         return self.connect().sql(RUNS_SQL).pl()
 
     def query(self, sql: str) -> list[tuple[str, pl.DataFrame]]:

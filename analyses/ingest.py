@@ -182,9 +182,10 @@ def ingest_run(
             found = discover_files(run_path, manifest)
             files = found.files
             emit("run_start", {"run_id": rid, "files": len(files), "bytes": sum(p.stat().st_size for p in files)})
+            run_files = frozenset(files)
             for idx, path in enumerate(files):
                 rel = path.name if run_path.is_file() else path.relative_to(run_path).as_posix()
-                report.files.append(_ingest_file(idx, path, rel, rid, manifest, staging, emit))
+                report.files.append(_ingest_file(idx, path, rel, rid, manifest, staging, emit, run_files))
                 kill_point("read")
             report.files.extend(FileReport(path=rel, format="unknown", bytes=0, status="skipped", error=why)
                                 for rel, why in found.skipped)
@@ -219,7 +220,8 @@ def _refresh(root: Path, report: RunReport) -> None:
 
 
 def _ingest_file(
-    idx: int, path: Path, rel: str, run_id: str, manifest: RunManifest, staging: RunStaging, emit: ProgressFn
+    idx: int, path: Path, rel: str, run_id: str, manifest: RunManifest, staging: RunStaging, emit: ProgressFn,
+    run_files: frozenset[Path] = frozenset(),
 ) -> FileReport:
     t0 = time.perf_counter()
     fr = FileReport(path=rel, format="unknown", bytes=0)
@@ -241,7 +243,8 @@ def _ingest_file(
             fr.error = "binary file that no reader recognizes" if _looks_binary(path) else "no reader recognizes this file"
             return _done(fr, t0, emit)
         fr.format = reader.name
-        ctx = FileContext(run_id=run_id, path=path, rel_path=rel, manifest=manifest)
+        ctx = FileContext(run_id=run_id, path=path, rel_path=rel, manifest=manifest, run_files=run_files)
+        first_reason: str | None = None
         for chunk in read_file(reader, ctx):
             fr.lines += chunk.lines
             fr.rows_ok += chunk.rows_ok
@@ -253,6 +256,7 @@ def _ingest_file(
                 fr.rows_out += staging.add(table, df.with_columns(path=pl.lit(rel)) if _has_path(table) else df, prefix)
             if chunk.rejects is not None and chunk.rejects.height:
                 staging.add("rejects", chunk.rejects.with_columns(path=pl.lit(rel)), prefix)
+                first_reason = first_reason or chunk.rejects["reason"][0]
             emit("file_progress", {"path": rel, "lines": fr.lines, "rows": fr.rows_out})
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
@@ -261,6 +265,8 @@ def _ingest_file(
         fr.status, fr.error, fr.rows_out = "error", _describe(exc), 0
         return _done(fr, t0, emit)
     fr.status = "partial" if fr.rows_rejected else "ok"
+    if fr.rows_rejected:  # a partial file says why in source_files too, not only in rejects
+        fr.error = f"{fr.rows_rejected:,} line(s) rejected; first: {first_reason} (see rejects)"[:_ERROR_MAX_CHARS]
     return _done(fr, t0, emit)
 
 

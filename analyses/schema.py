@@ -93,7 +93,8 @@ SOURCE_FILES = Table(
         "rows_skipped": "lines skipped by a documented rule of the reader (blank lines, banners, config dumps, "
         "progress bars, lines that are not records)",
         "rows_out": "rows this file contributed to warehouse tables (one line may give many rows)",
-        "error": "why the file is error, unsupported, empty or skipped; NULL otherwise",
+        "error": "why the file is error, unsupported, empty or skipped; for partial, how many lines were rejected "
+        "and the first reason (all of them are in rejects); NULL for ok",
         "lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error",
         "status": "ok, partial (some lines rejected), error (the file could not be read; `error` says why), "
         "unsupported (no reader recognizes it), empty, or skipped (not read: a symlink out of the run "

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from analyses.api import PolyTrace
 from analyses.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _log(tmp_path: Path) -> Path:
@@ -73,6 +77,30 @@ def test_query_is_read_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["query", "SELEC nonsense", "--warehouse", str(wh)]) == 2
     assert main(["query", "SELECT count(*) FROM steps", "--warehouse", str(wh), "--format", "csv"]) == 0
     assert capsys.readouterr().out.split()[-1] == "3"
+
+
+def test_runs_counts_a_run_of_worker_times_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a PAI-style per-worker timing file has no steps, samples or telemetry: the run is not all zeros
+    d = tmp_path / "pai"
+    d.mkdir()
+    shutil.copy(FIXTURES / "telemetry" / "worker_times_quirks.csv", d)
+    wh = tmp_path / "wh"
+    assert main(["ingest", str(d), "--warehouse", str(wh), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["runs", "--warehouse", str(wh)]) == 0
+    line = capsys.readouterr().out.strip()
+    n = PolyTrace(wh).connect().sql("SELECT count(*) FROM rank_times").fetchall()[0][0]
+    assert n > 0 and f"rank_times={n} " in line and "steps=0 samples=0" in line
+
+
+def test_query_csv_writes_lists_and_structs_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # step_variance.outlier_steps is a list column: CSV has no lists, so it is the JSON text
+    wh = tmp_path / "wh"
+    main(["ingest", str(_log(tmp_path)), "--warehouse", str(wh), "-q"])
+    capsys.readouterr()
+    sql = "SELECT [3, 17] AS steps, {'a': 1, 'b': 'x'} AS s, CAST(NULL AS INT[]) AS none"
+    assert main(["query", sql, "--warehouse", str(wh), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["steps,s,none", '"[3, 17]","{""a"": 1, ""b"": ""x""}",']
 
 
 def test_every_command_has_help_with_an_example() -> None:

@@ -22,8 +22,9 @@ def _print(df: pl.DataFrame, fmt: str) -> None:
     if fmt == "csv":
         # CSV has no nested types: lists and structs are written as their JSON text
         nested = [c for c, t in df.schema.items() if isinstance(t, pl.List | pl.Array | pl.Struct)]
-        out = df.with_columns(pl.col(c).map_elements(lambda v: json.dumps(v, default=str), return_dtype=pl.String)
-                              for c in nested) if nested else df
+        # (to_list gives plain Python values; map_elements would hand a list cell over as a Series)
+        out = df.with_columns(pl.Series(c, [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()],
+                                        dtype=pl.String) for c in nested) if nested else df
         sys.stdout.write(out.write_csv())
     elif fmt == "json":
         sys.stdout.write(json.dumps(df.to_dicts(), default=str, indent=None) + "\n")

@@ -15,8 +15,8 @@ def _run(args: argparse.Namespace) -> int:
     for r in df.iter_rows(named=True):
         print(
             f"{r['run_id']}: task={r['task'] or '-'} model={r['model'] or '-'} files={r['files']} "
-            f"(errors={r['file_errors']}) steps={r['steps']} samples={r['samples']} gpu_samples={r['gpu_samples']} "
-            f"rejects={r['rejects']}"
+            f"(errors={r['file_errors']}) steps={r['steps']} samples={r['samples']} tool_calls={r['tool_calls']} "
+            f"rank_times={r['rank_times']} gpu_samples={r['gpu_samples']} rejects={r['rejects']}"
         )
     return EXIT_OK
 
@@ -24,7 +24,7 @@ def _run(args: argparse.Namespace) -> int:
 COMMAND = Command(
     name="runs",
     help="list ingested runs with their counts",
-    description="One line per run: task, model, files, steps, samples, rejects.",
+    description="One line per run: task, model, files, steps, samples, tool calls, rank times, GPU samples, rejects.",
     epilog="example:\n  polytrace runs --warehouse /tmp/wh",
     add_arguments=add_warehouse,
     run=_run,

@@ -201,6 +201,15 @@ def test_dicts_without_progress_bar_use_logging_steps() -> None:
     ]
 
 
+def test_absurd_bar_elapsed_time_is_no_step_time_and_no_timestamp() -> None:
+    # a fuzzed bar "6e30:00" overflowed the step's timestamp (a strict cast error failed the file)
+    from analyses.readers.trl_console import MAX_ELAPSED_S, _plausible_elapsed
+
+    x = pl.DataFrame({"s": [0.0, 12.5, MAX_ELAPSED_S, MAX_ELAPSED_S + 1, 6e30, float("inf"), float("nan"), -1.0]})
+    out = x.select(_plausible_elapsed(pl.col("s")))["s"].to_list()
+    assert out == [0.0, 12.5, MAX_ELAPSED_S, None, None, None, None, None]
+
+
 def test_sniff_needs_a_log_dict(tmp_path: Path) -> None:
     r = TrlConsoleReader()
     p = tmp_path / "x.log"

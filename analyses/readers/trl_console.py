@@ -241,9 +241,11 @@ def _training_states(lines: pl.DataFrame) -> pl.DataFrame:
             ord=(pl.col("line_no") * (1 << _IDX_BITS)) + pl.col("idx").clip(upper_bound=(1 << _IDX_BITS) - 2),
             n=pl.col("3").cast(pl.Int64, strict=False),
             total=pl.col("4").cast(pl.Int64, strict=False),
-            elapsed_s=pl.col("el").struct.field("1").cast(pl.Float64, strict=False).fill_null(0.0) * 3600
-            + pl.col("el").struct.field("2").cast(pl.Float64, strict=False) * 60
-            + pl.col("el").struct.field("3").cast(pl.Float64, strict=False),
+            elapsed_s=_plausible_elapsed(
+                pl.col("el").struct.field("1").cast(pl.Float64, strict=False).fill_null(0.0) * 3600
+                + pl.col("el").struct.field("2").cast(pl.Float64, strict=False) * 60
+                + pl.col("el").struct.field("3").cast(pl.Float64, strict=False)
+            ),
             rate_s=pl.when(rate_u == "s/it").then(rate_v).when((rate_u == "it/s") & (rate_v > 0)).then(1.0 / rate_v),
         )
         .filter(pl.col("n").is_not_null() & pl.col("total").is_not_null())
@@ -397,6 +399,12 @@ def _bar_steps(bar: pl.DataFrame, anchor: datetime | None) -> tuple[pl.DataFrame
 
 
 _SM_TYPES = (pl.Int64, pl.String, pl.Float64, pl.String, pl.Boolean, pl.Int64)
+# a bar's elapsed time beyond a year is a corrupt line, not a run (its timestamp would overflow)
+MAX_ELAPSED_S = 366 * 86400.0
+
+
+def _plausible_elapsed(seconds: pl.Expr) -> pl.Expr:
+    return pl.when(seconds.is_finite() & (seconds >= 0) & (seconds <= MAX_ELAPSED_S)).then(seconds)
 
 
 def _logging_steps(manifest: RunManifest) -> int:

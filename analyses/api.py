@@ -32,6 +32,7 @@ from analyses.fit.fidelity_table import criterion
 from analyses.fit.runs import fit_runs
 from analyses.ingest import ProgressFn, RunReport, ingest_run
 from analyses.report import ReportResult, Section, build_report, group_section
+from analyses.run_split import PlannedRun, plan_runs
 from analyses.sandbox import run_queries
 from analyses.views import all_views, group, headline_frame, view_frame
 from analyses.warehouse import DEFAULT_LOCK_WAIT_S, default_root, run_ids
@@ -160,6 +161,19 @@ class PolyTrace:
         every derived view there (skip it when ingesting many runs and refresh once at the end).
         """
         report = ingest_run(path, self.root, run_id=run_id, progress=progress, lock_wait_s=lock_wait_s)
+        if refresh:
+            self.refresh_catalog()
+        return report
+
+    def plan_runs(self, path: Path, run_id: str | None = None) -> list[PlannedRun]:
+        """The runs ``path`` holds: one, or one per separate log (see :mod:`analyses.run_split`)."""
+        return plan_runs(path, run_id)
+
+    def ingest_planned(self, plan: PlannedRun, progress: ProgressFn | None = None, refresh: bool = True,
+                       lock_wait_s: float = DEFAULT_LOCK_WAIT_S) -> RunReport:
+        """Ingest one run of :meth:`plan_runs` (a whole directory or file, or its files of that run)."""
+        report = ingest_run(plan.path, self.root, run_id=plan.run_id, progress=progress, lock_wait_s=lock_wait_s,
+                            only=plan.only, report_skipped=plan.report_skipped, skip_under=plan.skip_under)
         if refresh:
             self.refresh_catalog()
         return report

@@ -158,6 +158,9 @@ def ingest_run(
     run_id: str | None = None,
     progress: ProgressFn | None = None,
     lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+    only: frozenset[Path] | None = None,
+    report_skipped: bool = True,
+    skip_under: tuple[Path, ...] = (),
 ) -> RunReport:
     """Ingest ``run_path`` (a directory or one file) as one run into the warehouse at ``root``.
 
@@ -168,6 +171,10 @@ def ingest_run(
     aside and raises :class:`~analyses.warehouse.CommitRefused`. Re-ingesting the same inputs
     gives identical tables. The catalog file's base-table views are refreshed on publish; its
     derived views are the facade's business (:meth:`analyses.api.PolyTrace.refresh_catalog`).
+
+    ``only``, ``report_skipped`` and ``skip_under`` ingest part of a directory that holds several
+    runs (:func:`analyses.run_split.plan_runs`): only those files, and the files discovery skipped
+    (symlinks out, ...) reported by one of the runs, not below another run's directory.
     """
     t0 = time.perf_counter()
     run_path = run_path.resolve()
@@ -180,7 +187,9 @@ def ingest_run(
         staging = RunStaging(root, rid)
         try:
             found = discover_files(run_path, manifest)
-            files = found.files
+            files = found.files if only is None else [f for f in found.files if f in only]
+            skipped = [(rel, why) for rel, why in found.skipped
+                       if report_skipped and not any((run_path / rel).is_relative_to(d) for d in skip_under)]
             emit("run_start", {"run_id": rid, "files": len(files), "bytes": sum(p.stat().st_size for p in files)})
             run_files = frozenset(files)
             for idx, path in enumerate(files):
@@ -188,7 +197,7 @@ def ingest_run(
                 report.files.append(_ingest_file(idx, path, rel, rid, manifest, staging, emit, run_files))
                 kill_point("read")
             report.files.extend(FileReport(path=rel, format="unknown", bytes=0, status="skipped", error=why)
-                                for rel, why in found.skipped)
+                                for rel, why in skipped)
             _finish_run(staging, report, manifest, run_path)
             staging.commit(check=blocking_problems, holding_lock=True, after_publish=lambda: _refresh(root, report),
                            info={"source": str(run_path), "fingerprint": content_fingerprint(report.files)})

@@ -210,6 +210,17 @@ def test_absurd_bar_elapsed_time_is_no_step_time_and_no_timestamp() -> None:
     assert out == [0.0, 12.5, MAX_ELAPSED_S, None, None, None, None, None]
 
 
+def test_log_dict_sniff_is_linear_in_the_line() -> None:
+    from analyses.readers.trl_console import has_log_dict
+
+    assert has_log_dict("  5%|▌ | 1/20 [00:03<01:00] {'loss': 0.1, 'epoch': 0.05}\r")
+    assert not has_log_dict("{'epoch': 0.05}")  # no key before the epoch
+    assert not has_log_dict("{'loss': 0.1, 'epoch': 0.05} and more")
+    # a fuzzed 512 KB line of this shape took the old regex minutes; the check is one pass
+    line = "{'a': 'x" + "{'b': " * 80_000 + "'epoch': 1"
+    assert not has_log_dict(line) and has_log_dict(line + "}")
+
+
 def test_sniff_needs_a_log_dict(tmp_path: Path) -> None:
     r = TrlConsoleReader()
     p = tmp_path / "x.log"

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from analyses.ingest import ingest_run
+from analyses.readers.base import UnreadableFile
 from analyses.readers.cluster_util import ClusterUtilLongReader, ClusterUtilWideReader
 from analyses.warehouse import scan_table
 from tests._telemetry_util import FIX, run
@@ -92,6 +93,14 @@ def test_tar_gz_member_equal_to_extracted_sibling_is_skipped(tmp_path):
     (tmp_path / "util.csv").write_bytes(data.replace(b"20.0", b"21.0"))  # same size, other bytes
     _, t, s, _ = run(arc, run_files=both)
     assert t["rows_ok"] == 3
+
+
+def test_wide_header_naming_one_gpu_twice_fails_the_file(tmp_path):
+    # found by the long fuzz run: polars raised DuplicateError from inside the reader
+    p = tmp_path / "wide_dup.csv"
+    p.write_text("Time,10.0.0.1-0,10.0.0.1-0,10.0.0.2-0\n2023-07-01 00:00:00,95.0,3.0,50\n")
+    with pytest.raises(UnreadableFile, match="header names column '10.0.0.1-0' twice"):
+        run(p)
 
 
 def test_sniffers_are_strict():

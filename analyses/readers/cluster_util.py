@@ -257,8 +257,22 @@ def _read(ctx: FileContext, layout_of, kind: str, clock_keys: list[str], chunk) 
                 layout = layout_of(batch["line"][0])
                 if layout is None:
                     raise UnreadableFile(f"{name}: header is not a {kind} utilization table")
+                dup = _duplicate_column(layout)
+                if dup is not None:  # two columns for one GPU: which value is its would be a guess
+                    raise UnreadableFile(f"{name}: header names column {dup!r} twice")
                 body, skipped = batch.slice(1), 1
             yield chunk(batch, body, skipped, layout, metric, factor, tz, clock)
+
+
+def _duplicate_column(layout: list[str] | dict[str, int]) -> str | None:
+    if not isinstance(layout, list):
+        return None  # the long layout's roles are unique by construction
+    seen: set[str] = set()
+    for c in layout:
+        if c in seen:
+            return c
+        seen.add(c)
+    return None
 
 
 def _clock_split(d: pl.DataFrame, clock: SeriesClock, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:

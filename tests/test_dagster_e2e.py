@@ -23,7 +23,7 @@ from analyses.warehouse import scan_table
 from pipelines.definitions import CATALOG_KEY, build_defs
 from pipelines.demo import main as demo_main
 from pipelines.demo import materialize_all
-from pipelines.partitions import RUNS_PARTITIONS_NAME, run_dirs_by_id
+from pipelines.partitions import RUNS_PARTITIONS_NAME, runs_by_id
 from pipelines.resources import WarehouseResource
 from pipelines.sensors import INGEST_JOB_NAME
 
@@ -206,7 +206,7 @@ def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch
     """The demo corpus (sample_logs/) through every asset, as `make demo` runs it: lands exactly the
     rows the library ingest writes on its own, with no ERROR check failing."""
     monkeypatch.setenv("POLYTRACE_PNG", "0")  # the characterize stage's switch: no Chromium for PNGs
-    runs = run_dirs_by_id(SAMPLE_LOGS)
+    runs = runs_by_id(SAMPLE_LOGS)
     assert runs, f"no run directories under {SAMPLE_LOGS}"
     defs, root = _defs(tmp_path, SAMPLE_LOGS)
     with DagsterInstance.ephemeral() as instance:
@@ -228,8 +228,8 @@ def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch
     assert all(len(r.get_asset_check_evaluations()) == n_checks for r in result.per_run.values())
 
     lib_root = tmp_path / "lib"
-    for rid, d in runs.items():
-        ingest_run(d, lib_root, run_id=rid)
+    for rid, plan in runs.items():
+        ingest_run(plan.path, lib_root, run_id=rid, only=plan.only)
     for rid in runs:
         assert run_row_counts(root, rid) == run_row_counts(lib_root, rid), rid
         # materialization metadata agrees with the tables

@@ -327,29 +327,50 @@ def _done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:
     return fr
 
 
+# the dedupe's DuckDB: bounded memory, spilling to the run's staging directory beyond it
+DEDUPE_MEMORY_LIMIT = "256MB"
+
+
 def _dedupe_step_metrics(staging: RunStaging, report: RunReport) -> None:
     """Keep one row per step-metric key across the run's files, from the most exact source
-    (:data:`analyses.readers.base.METRIC_SOURCE_BINARY` first); count the rest per file."""
-    sm = staging.scan("step_metrics")
-    paths = sm.select(pl.col("path").unique()).collect()["path"].to_list()
-    if len(paths) < 2:
+    (:data:`analyses.readers.base.METRIC_SOURCE_BINARY` first; then the later file and line);
+    count the rest per file. In DuckDB over the staged parts, in bounded memory: a fuzzed gzip of
+    2.5 M repeated metric rows took 0.9 GB sorted in Polars."""
+    parts = [str(p) for p in sorted(staging.table_dir("step_metrics").glob("*.parquet"))]
+    if not parts:
         return
-    fmt = {f.path: f.format for f in report.files}
-    rank = {p: reader_by_name(fmt[p]).metric_source for p in paths}
-    key = list(STEP_METRICS.key[1:])  # within one run
-    full = sm.collect()
-    kept = (
-        full.lazy().with_columns(_rank=pl.col("path").replace_strict(rank, return_dtype=pl.Int64))
-        .sort("_rank", "path", "line_no", descending=[False, True, True], nulls_last=True)
-        .unique(subset=key, keep="first", maintain_order=True)
-        .drop("_rank")
-        .collect()
-    )
-    if full.height == kept.height:
+    spill = staging.dir / "_spill"
+    spill.mkdir(exist_ok=True)
+    con = duckdb.connect(config={"memory_limit": DEDUPE_MEMORY_LIMIT, "temp_directory": str(spill), "threads": 2})
+    out = staging.dir / "_dedupe.parquet"
+    try:
+        src = con.read_parquet(parts)
+        before = dict(src.aggregate("path, count(*)", "path").fetchall())
+        if len(before) < 2:
+            return
+        fmt = {f.path: f.format for f in report.files}
+        ranks = pl.DataFrame({"path": list(before), "_rank": [reader_by_name(fmt[p]).metric_source for p in before]},
+                             schema={"path": pl.String, "_rank": pl.Int64})
+        con.register("_ranks", ranks.to_arrow())
+        con.register("_staged", src)
+        key = ", ".join(STEP_METRICS.key[1:])  # within one run
+        cols = ", ".join(f'"{c}"' for c in STEP_METRICS.stored_columns)
+        con.execute(f"""
+            COPY (
+                SELECT {cols} FROM (
+                    SELECT s.*, row_number() OVER (
+                        PARTITION BY {key} ORDER BY r._rank, s.path DESC, s.line_no DESC NULLS LAST) AS _rn
+                    FROM _staged s JOIN _ranks r USING (path)
+                ) WHERE _rn = 1 ORDER BY path, line_no, metric
+            ) TO '{out}' (FORMAT parquet)""")
+        after = dict(con.read_parquet(str(out)).aggregate("path, count(*)", "path").fetchall())
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
+    if sum(after.values()) == sum(before.values()):
+        out.unlink()
         return
-    before = dict(full.group_by("path").len().iter_rows())
-    after = dict(kept.group_by("path").len().iter_rows())
-    staging.replace("step_metrics", kept)
+    staging.replace_with_file("step_metrics", out)
     for f in report.files:
         dropped = before.get(f.path, 0) - after.get(f.path, 0)
         if dropped:

@@ -49,8 +49,21 @@ RUNS = Table(
         "source_dir": S,
         "tags": S,  # JSON object of free-form run.toml tags
         "n_files": I64,
+        "n_gpus_source": S,
+        "max_response_length_source": S,
     },
     key=("run_id",),
+    docs={
+        "n_gpus": "GPUs the job used: run.toml, else a verl config dump (nnodes x n_gpus_per_node), else the GPUs "
+        "whose telemetry is not idle for the whole run (see n_gpus_source; analyses.run_facts)",
+        "max_response_length": "the response-length cap: run.toml, else a verl config dump, else response_length/max "
+        "at steps with clip_ratio > 0, else the shortest response a reader flagged truncated, else a point mass at "
+        "the longest response (see max_response_length_source; analyses.run_facts)",
+        "n_gpus_source": "where n_gpus came from: run.toml | config_dump | telemetry (NULL: unknown)",
+        "max_response_length_source": "where max_response_length came from: run.toml | config_dump | clip_ratio | "
+        "sample_flags | point_mass (NULL: unknown)",
+        "n_files": "input files of the run (source_files rows)",
+    },
 )
 
 SOURCE_FILES = Table(

@@ -127,3 +127,11 @@ def test_wandb_gpu_utilization_aligned_to_steps(real_logs: Path, tmp_path: Path)
     assert per_gpu["0"]["gpu_spread_pct"] == pytest.approx(max(r["mean_util_pct"] for r in per_gpu.values()))
     steps = rows(c, "SELECT count(DISTINCT step) AS n, max(n_gpus) AS g FROM gpu_utilization WHERE scope = 'step'")[0]
     assert steps["g"] == 8 and steps["n"] >= 50  # 59 trainer steps, telemetry covers all but the edges
+
+
+def test_coder_truncation_share_from_the_inferred_cap(con) -> None:  # noqa: ANN001
+    # no run.toml: the cap is the point mass at 16000 (raw: 96 of 640 responses), so 15 % are truncated
+    q = rows(con, "SELECT truncation_share FROM length_quantiles WHERE run_id = 'coder' AND kind = 'response'")[0]
+    assert q["truncation_share"] == pytest.approx(96 / 640)
+    r = rows(con, "SELECT max_response_length, max_response_length_source FROM runs WHERE run_id = 'coder'")[0]
+    assert (r["max_response_length"], r["max_response_length_source"]) == (16000, "point_mass")

@@ -36,13 +36,13 @@ from __future__ import annotations
 import polars as pl
 
 from analyses.manifest import RunManifest
+from analyses.run_facts import IDLE_UTIL_PCT, UTIL_METRIC
 from analyses.schema import STEP_WINDOWS, conform
 
 METHOD_LOG_TS = "log_ts_minus_step_time"
 METHOD_LOG_PREV = "log_ts_previous_step"
 METHOD_CUMSUM = "started_at_plus_cumulative_step_time"
-UTIL_METRIC = "gpu_util_pct"
-IDLE_THRESHOLD_PCT = 5.0
+IDLE_THRESHOLD_PCT = IDLE_UTIL_PCT  # one idle threshold for alignment, the views and run facts
 
 
 # a stage or step time outside [0, MAX_SECONDS] (NaN, inf, negative, 1e300: a corrupt or misread

@@ -184,12 +184,12 @@ def gpu_timeline_figure(timeline: pl.DataFrame, run_id: str) -> go.Figure:
 
 
 def gpu_step_figure(util: pl.DataFrame, run_id: str) -> go.Figure:
-    """Per step: utilization of each GPU (markers) over the mean of all GPUs (bars)."""
+    """Per step: utilization of each GPU (markers) over the mean of the GPUs the job used (bars)."""
     d = util.filter((pl.col("run_id") == run_id) & (pl.col("scope") == "step")).sort("step")
     fig = go.Figure()
     if d.height:
         per_step = d.unique("step", keep="first").sort("step")
-        fig.add_trace(go.Bar(x=per_step["step"], y=per_step["all_gpus_mean_util_pct"], name="mean of GPUs",
+        fig.add_trace(go.Bar(x=per_step["step"], y=per_step["used_gpus_mean_util_pct"], name="mean of used GPUs",
                              marker={"color": "rgba(31,119,180,0.35)"}, customdata=per_step["gpu_spread_pct"],
                              hovertemplate="step %{x}: %{y:.1f} % (spread %{customdata:.1f} pts)"))
         for i, ((host, gpu), g) in enumerate(_groups(d, ["host", "gpu"])):
@@ -198,7 +198,7 @@ def gpu_step_figure(util: pl.DataFrame, run_id: str) -> go.Figure:
                                      hovertemplate="step %{x}: %{y:.1f} % (idle %{customdata:.0%})"))
     fig.update_yaxes(title_text="utilization %", range=[0, 105])
     _step_ticks(fig, d["step"])
-    return _layout(fig, f"GPU utilization per step (bars: mean of GPUs, markers: each GPU), {run_id}")
+    return _layout(fig, f"GPU utilization per step (bars: mean of used GPUs, markers: each GPU), {run_id}")
 
 
 def tool_latency_figure(cdf: pl.DataFrame, latency: pl.DataFrame) -> go.Figure:

@@ -25,6 +25,7 @@ from analyses.manifest import MANIFEST_NAME, RunManifest, load_manifest, run_id_
 from analyses.readers import detect, read_file, reader_by_name
 from analyses.readers.base import FileContext, UnreadableFile, read_head
 from analyses.readers.lines import looks_binary
+from analyses.run_facts import ConfigFacts, RunFacts, config_dump_file_facts, infer_run_facts, with_truncation
 from analyses.schema import RUNS, SOURCE_FILES, STEP_METRICS
 from analyses.steps import derive_steps
 from analyses.table_checks import blocking_problems
@@ -385,7 +386,12 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
         attrs = pl.scan_parquet(sorted(attrs_dir.glob("*.parquet")), missing_columns="insert", extra_columns="ignore",
                                 schema={"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean})
     _dedupe_step_metrics(staging, report)
-    steps = derive_steps(staging.scan("step_metrics"), attrs, n_gpus=manifest.n_gpus)
+    facts = _infer_facts(staging, report, manifest, run_path)
+    if facts.max_response_length is not None and manifest.max_response_length is None:
+        samples = staging.scan("samples")
+        if samples.select(pl.col("truncated").is_null().any()).collect().item():
+            staging.replace("samples", with_truncation(samples, facts.max_response_length).collect())
+    steps = derive_steps(staging.scan("step_metrics"), attrs, n_gpus=facts.n_gpus)
     staging.replace("steps", steps)
     staging.replace("step_windows", derive_step_windows(steps, manifest))
     if attrs_dir.exists():
@@ -406,7 +412,9 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
         [
             {
                 "task": manifest.task, "framework": manifest.framework, "model": manifest.model,
-                "n_gpus": manifest.n_gpus, "max_response_length": manifest.max_response_length,
+                "n_gpus": facts.n_gpus, "n_gpus_source": facts.n_gpus_source,
+                "max_response_length": facts.max_response_length,
+                "max_response_length_source": facts.max_response_length_source,
                 "max_prompt_length": manifest.max_prompt_length, "started_at": manifest.started_at,
                 "source_dir": str(run_path), "tags": manifest.tags_json,
                 "n_files": len(report.files),
@@ -418,6 +426,22 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
     for name in ("step_metrics", "steps", "samples", "turns", "tool_calls", "rank_times", "gpu_samples",
                  "filter_batches", "rejects"):
         report.table_rows[name] = staging.scan(name).select(pl.len()).collect().item()
+
+
+# readers whose files may open with a verl config dump (see analyses.run_facts)
+_CONFIG_DUMP_FORMATS = ("verl_console",)
+
+
+def _infer_facts(staging: RunStaging, report: RunReport, manifest: RunManifest, run_path: Path) -> RunFacts:
+    """The run's cap and GPU count: run.toml, else what its logs imply (:mod:`analyses.run_facts`)."""
+    config = ConfigFacts()
+    if manifest.max_response_length is None or manifest.n_gpus is None:
+        for f in report.files:
+            if f.format in _CONFIG_DUMP_FORMATS and f.status in ("ok", "partial"):
+                found = config_dump_file_facts(run_path if run_path.is_file() else run_path / f.path)
+                config = ConfigFacts(config.max_response_length or found.max_response_length, config.n_gpus or found.n_gpus)
+    return infer_run_facts(manifest.max_response_length, manifest.n_gpus, config, staging.scan("samples"),
+                           staging.scan("step_metrics"), staging.scan("gpu_samples"))
 
 
 def iter_run_dirs(root: Path) -> Iterator[Path]:

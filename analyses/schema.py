@@ -49,18 +49,26 @@ RUNS = Table(
         "source_dir": S,
         "tags": S,  # JSON object of free-form run.toml tags
         "n_files": I64,
+        "n_gpus_source": S,
+        "max_response_length_source": S,
     },
     key=("run_id",),
     docs={
         "task": "what the run trains on (run.toml `task`, e.g. math, search, code, video); NULL when not given",
         "framework": "training framework (run.toml `framework`, e.g. verl, trl); NULL when not given",
         "model": "policy model name (run.toml `model`); NULL when not given",
-        "n_gpus": "GPUs of the job (run.toml `n_gpus`); turns verl's per-GPU perf/throughput into the job's",
-        "max_response_length": "response cap in tokens (run.toml); a response of this length is truncated",
+        "n_gpus": "GPUs the job used: run.toml, else a verl config dump (nnodes x n_gpus_per_node), else the GPUs "
+        "whose telemetry is not idle for the whole run (see n_gpus_source; analyses.run_facts)",
+        "max_response_length": "the response-length cap: run.toml, else a verl config dump, else response_length/max "
+        "at steps with clip_ratio > 0, else the shortest response a reader flagged truncated, else a point mass at "
+        "the longest response (see max_response_length_source; analyses.run_facts)",
         "max_prompt_length": "prompt cap in tokens (run.toml)",
         "started_at": "when the run started (run.toml `started_at`, UTC)",
         "source_dir": "the directory (or file) the run was ingested from, as given to `polytrace ingest`",
         "tags": "JSON object of the free-form run.toml [tags]",
+        "n_gpus_source": "where n_gpus came from: run.toml | config_dump | telemetry (NULL: unknown)",
+        "max_response_length_source": "where max_response_length came from: run.toml | config_dump | clip_ratio | "
+        "sample_flags | point_mass (NULL: unknown)",
         "n_files": "input files of the run, every status counted (see source_files)",
     },
 )

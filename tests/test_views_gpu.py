@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from _views_util import open_wh, rows, stage_run
 
+from analyses.views import headline_frame
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -58,3 +60,21 @@ def test_timeline_buckets(con) -> None:  # noqa: ANN001
     # span 3 s / 300 points < 1 s, so buckets are 1 s: one point per sample
     got = rows(con, "SELECT gpu, util_pct FROM gpu_timeline ORDER BY gpu, ts")
     assert [r["util_pct"] for r in got] == [0.0, 100.0, 100.0, 100.0, 50.0, 50.0, 50.0, 50.0]
+
+
+def test_gpu_idle_for_the_whole_run_is_left_out_of_the_run_mean(tmp_path: Path) -> None:
+    root = tmp_path / "wh"
+    ts = [T0 + timedelta(seconds=i) for i in range(2)]
+    # gpu 0 never reaches 5 % (a GPU of the node the job never used); gpus 1 and 2 work
+    stage_run(root, "g", {"gpu_samples": {"host": ["h"] * 6, "gpu": ["0", "0", "1", "1", "2", "2"], "ts": ts * 3,
+                                          "metric": ["gpu_util_pct"] * 6, "value": [0.0, 4.0, 80.0, 60.0, 90.0, 90.0]}})
+    c = open_wh(root)
+    got = {r["gpu"]: r for r in rows(c, "SELECT * FROM gpu_utilization WHERE scope = 'run'")}
+    assert got["0"]["idle_whole_run"] and not got["1"]["idle_whole_run"]
+    r = got["1"]
+    assert (r["n_gpus"], r["gpus_used"], r["gpus_idle_whole_run"]) == (3, 2, 1)
+    assert r["used_gpus_mean_util_pct"] == 80.0  # (70 + 90) / 2, not (2 + 70 + 90) / 3
+    assert r["all_gpus_mean_util_pct"] == pytest.approx(54.0) and r["gpu_spread_pct"] == 20.0
+    head = headline_frame(c, "gpu_utilization").to_dicts()[0]
+    assert (head["gpus"], head["gpus_used"], head["gpus_idle_whole_run"], head["mean_util_pct"]) == (3, 2, 1, 80.0)
+    assert head["idle_share"] == 0.0

@@ -124,6 +124,23 @@ def test_wandb_gpu_utilization_aligned_to_steps(real_logs: Path, tmp_path: Path)
     assert {r["n_samples"] for r in per_gpu.values()} == {539}
     assert all(per_gpu[str(i)]["mean_util_pct"] == 0 and per_gpu[str(i)]["idle_share"] == 1 for i in range(4))
     assert all(75 < per_gpu[str(i)]["mean_util_pct"] < 90 for i in range(4, 8))
-    assert per_gpu["0"]["gpu_spread_pct"] == pytest.approx(max(r["mean_util_pct"] for r in per_gpu.values()))
-    steps = rows(c, "SELECT count(DISTINCT step) AS n, max(n_gpus) AS g FROM gpu_utilization WHERE scope = 'step'")[0]
-    assert steps["g"] == 8 and steps["n"] >= 50  # 59 trainer steps, telemetry covers all but the edges
+    # GPUs 0-3 are idle for the whole run: reported, left out of the run's utilization and spread
+    used = [per_gpu[str(i)]["mean_util_pct"] for i in range(4, 8)]
+    assert [per_gpu[str(i)]["idle_whole_run"] for i in range(8)] == [True] * 4 + [False] * 4
+    r = per_gpu["0"]
+    assert (r["n_gpus"], r["gpus_used"], r["gpus_idle_whole_run"]) == (8, 4, 4)
+    assert r["used_gpus_mean_util_pct"] == pytest.approx(sum(used) / 4) and 75 < r["used_gpus_mean_util_pct"] < 90
+    assert r["gpu_spread_pct"] == pytest.approx(max(used) - min(used))
+    steps = rows(c, "SELECT count(DISTINCT step) AS n, max(n_gpus) AS g, max(gpus_used) AS u FROM gpu_utilization "
+                    "WHERE scope = 'step'")[0]
+    assert steps["g"] == 8 and steps["u"] == 4 and steps["n"] >= 50  # 59 trainer steps, telemetry covers all but the edges
+    run = rows(c, "SELECT n_gpus, n_gpus_source FROM runs")[0]
+    assert (run["n_gpus"], run["n_gpus_source"]) == (4, "telemetry")
+
+
+def test_coder_truncation_share_from_the_inferred_cap(con) -> None:  # noqa: ANN001
+    # no run.toml: the cap is the point mass at 16000 (raw: 96 of 640 responses), so 15 % are truncated
+    q = rows(con, "SELECT truncation_share FROM length_quantiles WHERE run_id = 'coder' AND kind = 'response'")[0]
+    assert q["truncation_share"] == pytest.approx(96 / 640)
+    r = rows(con, "SELECT max_response_length, max_response_length_source FROM runs WHERE run_id = 'coder'")[0]
+    assert (r["max_response_length"], r["max_response_length_source"]) == (16000, "point_mass")

@@ -22,6 +22,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from analyses.fit.lnmix import LogNormalMixture, fit_lnmix
+from analyses.run_facts import point_mass_cap
 
 # Families with support on the positive reals, location fixed at 0 (lengths and latencies are
 # positive; a free location makes censored MLE unstable and the parameters hard to read).
@@ -153,10 +154,10 @@ def param_names(family: str) -> list[str]:
 def infer_cap(x: np.ndarray, declared: float | None = None, truncated: np.ndarray | None = None) -> float | None:
     """The censoring point of a length variable.
 
-    The run's declared max length wins. Otherwise a `truncated` flag on some samples gives it.
-    Otherwise, repeated values exactly at the maximum are taken as the cap: for token counts
-    spread over thousands of values, several samples landing on the same largest value is the
-    signature of a length limit, not chance.
+    ``declared`` is the run's cap (``runs.max_response_length``: run.toml or what the ingest
+    inferred, :mod:`analyses.run_facts`) and wins. Otherwise a `truncated` flag on some samples
+    gives it; otherwise a point mass at the maximum (:func:`analyses.run_facts.point_mass_cap`,
+    the rule the ingest applies), so a variable fitted alone gets the same cap the views use.
     """
     if declared is not None and declared > 0:
         return float(declared)
@@ -166,9 +167,7 @@ def infer_cap(x: np.ndarray, declared: float | None = None, truncated: np.ndarra
     if truncated is not None and np.any(truncated):
         return float(np.min(x[np.asarray(truncated, dtype=bool)]))
     m = float(np.max(x))
-    if np.count_nonzero(x == m) >= 2 and np.unique(x).size >= 50:
-        return m
-    return None
+    return point_mass_cap(m, int(np.count_nonzero(x == m)), int(np.unique(x).size))
 
 
 def _compress(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

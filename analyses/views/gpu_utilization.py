@@ -3,6 +3,12 @@
 Utilization is the ``gpu_util_pct`` metric (nvidia-smi utilization.gpu, DCGM GPU_UTIL, wandb
 gpu.N.gpu): the share of the sample period in which a kernel ran. A sample is idle when it is
 below IDLE_UTIL_PCT: sampling jitter keeps an idle GPU at 0-2 %, never above.
+
+A GPU whose every sample is idle is *idle for the whole run* (``idle_whole_run``): a GPU of the
+node the job never used (the open-agentrl run logged 8 GPUs and used 4). It is reported
+(``gpus_idle_whole_run``) but left out of the run's utilization, idle share and spread, which are
+over the GPUs the job used (``gpus_used``); the same rule gives ``runs.n_gpus`` from telemetry
+(:mod:`analyses.run_facts`).
 """
 
 from __future__ import annotations
@@ -10,10 +16,9 @@ from __future__ import annotations
 import polars as pl
 
 from analyses import figures as F
+from analyses.run_facts import IDLE_UTIL_PCT, UTIL_METRIC
 from analyses.views.group import ReadView, View, ViewGroup
 
-UTIL_METRIC = "gpu_util_pct"
-IDLE_UTIL_PCT = 5.0
 TIMELINE_POINTS = 300
 
 # the utilization samples both views read
@@ -24,6 +29,8 @@ GPU_UTILIZATION = View(
     f"""
 WITH u AS (
     {_UTIL}
+), whole AS (
+    SELECT run_id, host, gpu, max(value) < {IDLE_UTIL_PCT} AS idle_whole_run FROM u GROUP BY ALL
 ), tagged AS (
     SELECT run_id, 'run' AS scope, CAST(NULL AS BIGINT) AS step, host, gpu, value FROM u
     UNION ALL
@@ -34,17 +41,24 @@ WITH u AS (
            avg(CAST(value < {IDLE_UTIL_PCT} AS DOUBLE)) AS idle_share
     FROM tagged GROUP BY ALL
 )
-SELECT *,
+SELECT p.*, wh.idle_whole_run,
        count(*) OVER g AS n_gpus,
-       avg(mean_util_pct) OVER g AS all_gpus_mean_util_pct,
-       max(mean_util_pct) OVER g - min(mean_util_pct) OVER g AS gpu_spread_pct
-FROM per_gpu
-WINDOW g AS (PARTITION BY run_id, scope, step)
+       count(*) FILTER (WHERE NOT wh.idle_whole_run) OVER g AS gpus_used,
+       count(*) FILTER (WHERE wh.idle_whole_run) OVER g AS gpus_idle_whole_run,
+       avg(p.mean_util_pct) FILTER (WHERE NOT wh.idle_whole_run) OVER g AS used_gpus_mean_util_pct,
+       avg(p.idle_share) FILTER (WHERE NOT wh.idle_whole_run) OVER g AS used_gpus_idle_share,
+       avg(p.mean_util_pct) OVER g AS all_gpus_mean_util_pct,
+       max(p.mean_util_pct) FILTER (WHERE NOT wh.idle_whole_run) OVER g
+         - min(p.mean_util_pct) FILTER (WHERE NOT wh.idle_whole_run) OVER g AS gpu_spread_pct
+FROM per_gpu p JOIN whole wh USING (run_id, host, gpu)
+WINDOW g AS (PARTITION BY p.run_id, p.scope, p.step)
 """,
     f"Per run x GPU (scope 'run', step NULL) and per run x step x GPU (scope 'step', samples inside the step's "
     f"step_windows [start_ts, end_ts)): n_samples, mean_util_pct, idle_share (share of samples < {IDLE_UTIL_PCT}% "
-    "utilization), and over the GPUs of the same run/step: n_gpus, all_gpus_mean_util_pct, gpu_spread_pct "
-    "(max - min of the per-GPU means).",
+    f"utilization), idle_whole_run (every sample of the run < {IDLE_UTIL_PCT}%: a GPU the job never used), and over "
+    "the GPUs of the same run/step: n_gpus (with telemetry), gpus_used, gpus_idle_whole_run, used_gpus_mean_util_pct "
+    "and used_gpus_idle_share (means over the used GPUs), all_gpus_mean_util_pct (over every GPU), gpu_spread_pct "
+    "(max - min of the used GPUs' means).",
 )
 
 GPU_TIMELINE = View(
@@ -82,8 +96,9 @@ GROUP = ViewGroup(
     main=GPU_UTILIZATION,
     views=(GPU_UTILIZATION, GPU_TIMELINE),
     headline_sql="""
-        SELECT run_id, max(n_gpus) AS gpus, sum(n_samples) AS samples, round(avg(mean_util_pct), 1) AS mean_util_pct,
-               round(avg(idle_share), 3) AS idle_share, round(max(gpu_spread_pct), 1) AS gpu_spread_pct,
+        SELECT run_id, max(n_gpus) AS gpus, max(gpus_used) AS gpus_used, max(gpus_idle_whole_run) AS gpus_idle_whole_run,
+               sum(n_samples) AS samples, round(max(used_gpus_mean_util_pct), 1) AS mean_util_pct,
+               round(max(used_gpus_idle_share), 3) AS idle_share, round(max(gpu_spread_pct), 1) AS gpu_spread_pct,
                (SELECT count(DISTINCT step) FROM gpu_utilization s WHERE s.run_id = g.run_id AND s.scope = 'step') AS aligned_steps
         FROM gpu_utilization g WHERE scope = 'run' GROUP BY run_id ORDER BY run_id""",
     figures=_figures,

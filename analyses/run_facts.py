@@ -1,0 +1,207 @@
+"""Run facts a log implies when ``run.toml`` does not say them: the response-length cap and the
+number of GPUs the job used, each with where it came from.
+
+The response cap (``runs.max_response_length`` / ``runs.max_response_length_source``), first
+source that gives it:
+
+``run.toml``
+    declared by the user;
+``config_dump``
+    the config a verl console log prints at start (``'max_response_length': N`` in the pretty
+    printed ``data`` section, or a ``data.max_response_length=N`` override on the command line);
+``clip_ratio``
+    ``response_length/clip_ratio > 0`` at a step means some response of that step hit the cap,
+    so that step's ``response_length/max`` is the cap (the largest such max over the run);
+``sample_flags``
+    samples a reader flagged ``truncated`` (from the record's own limit): the shortest of them;
+``point_mass``
+    a point mass at the maximum of the per-sample response lengths (:func:`point_mass_cap`): for
+    token counts spread over many values, several samples landing on the same largest value is
+    the signature of a length limit, not chance (the rllm run: 96 of 640 responses at exactly 16000).
+
+The GPU count (``runs.n_gpus`` / ``runs.n_gpus_source``): ``run.toml``; ``config_dump``
+(``trainer.nnodes x trainer.n_gpus_per_node`` of a verl config dump); ``telemetry`` (the GPUs
+whose utilization is not idle for the whole run, :func:`is_idle_whole_run`).
+
+The fits read the cap from ``runs`` too (:func:`analyses.fit.continuous.infer_cap` applies the
+same :func:`point_mass_cap` rule), so the views, the report and the fits agree on it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from analyses.readers.base import read_head
+
+# point mass at the maximum: at least this many samples exactly at the maximum, among at least
+# this many distinct values (a handful of distinct lengths says nothing about a cap)
+POINT_MASS_MIN_AT_MAX = 2
+POINT_MASS_MIN_DISTINCT = 50
+# a verl config dump is printed before the first step: only this much of a console log is read for it
+CONFIG_HEAD_BYTES = 4 * 1024 * 1024
+# a GPU sample below this utilization is idle (sampling jitter keeps an idle GPU at 0-2 %)
+IDLE_UTIL_PCT = 5.0
+UTIL_METRIC = "gpu_util_pct"
+
+CAP_SOURCES = ("run.toml", "config_dump", "clip_ratio", "sample_flags", "point_mass")
+N_GPUS_SOURCES = ("run.toml", "config_dump", "telemetry")
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CAP_DUMP = re.compile(r"'max_response_length':\s*(\d+)")
+_CAP_ARG = re.compile(r"(?:^|\s)data\.max_response_length=(\d+)")
+_TRAINER = re.compile(r"'trainer':\s*\{")
+_GPUS_DUMP = re.compile(r"'n_gpus_per_node':\s*(\d+)")
+_NODES_DUMP = re.compile(r"'nnodes':\s*(\d+)")
+_GPUS_ARG = re.compile(r"(?:^|\s)trainer\.n_gpus_per_node=(\d+)")
+_NODES_ARG = re.compile(r"(?:^|\s)trainer\.nnodes=(\d+)")
+
+
+@dataclass(frozen=True)
+class ConfigFacts:
+    """What a verl config dump (or the command line printed above it) says."""
+
+    max_response_length: int | None = None
+    n_gpus: int | None = None
+
+
+def config_dump_facts(text: str) -> ConfigFacts:
+    """The cap and GPU count in the head of a verl console log.
+
+    The cap: the first ``'max_response_length': N`` (only ``data`` has that key), else a
+    ``data.max_response_length=N`` override. GPUs: ``n_gpus_per_node`` x ``nnodes`` of the
+    ``'trainer': {`` section (the reward-model pool has its own, often 0, earlier in the dump),
+    else the command-line overrides. A zero is not a fact.
+    """
+    text = _ANSI.sub("", text)
+    m = _CAP_DUMP.search(text) or _CAP_ARG.search(text)
+    cap = int(m.group(1)) if m and int(m.group(1)) > 0 else None
+    gpus = nodes = None
+    t = _TRAINER.search(text)
+    if t:
+        g, n = _GPUS_DUMP.search(text, t.end()), _NODES_DUMP.search(text, t.end())
+        gpus, nodes = (int(g.group(1)) if g else None), (int(n.group(1)) if n else None)
+    if gpus is None:
+        g, n = _GPUS_ARG.search(text), _NODES_ARG.search(text)
+        gpus, nodes = (int(g.group(1)) if g else None), (int(n.group(1)) if n else nodes)
+    n_gpus = gpus * (nodes or 1) if gpus else None
+    return ConfigFacts(cap, n_gpus)
+
+
+def config_dump_file_facts(path: Path) -> ConfigFacts:
+    """:func:`config_dump_facts` of the first :data:`CONFIG_HEAD_BYTES` of ``path``."""
+    return config_dump_facts(read_head(path, CONFIG_HEAD_BYTES))
+
+
+def point_mass_cap(max_value: float | None, n_at_max: int, n_distinct: int) -> float | None:
+    """The cap a point mass at the maximum implies, or None (the one rule, for views and fits)."""
+    if max_value is None or max_value <= 0:
+        return None
+    if n_at_max >= POINT_MASS_MIN_AT_MAX and n_distinct >= POINT_MASS_MIN_DISTINCT:
+        return float(max_value)
+    return None
+
+
+def sample_point_mass_cap(samples: pl.LazyFrame) -> float | None:
+    """:func:`point_mass_cap` over the training samples' ``response_tokens``."""
+    r = (
+        samples.filter(~pl.col("validate").fill_null(False) & pl.col("response_tokens").is_not_null())
+        .select(mx=pl.col("response_tokens").max(),
+                at=(pl.col("response_tokens") == pl.col("response_tokens").max()).sum(),
+                nd=pl.col("response_tokens").n_unique())
+        .collect()
+    )
+    return point_mass_cap(r["mx"][0], int(r["at"][0] or 0), int(r["nd"][0] or 0))
+
+
+def flagged_cap(samples: pl.LazyFrame) -> float | None:
+    """The shortest training response a reader flagged ``truncated`` (None when none is)."""
+    v = (samples.filter(~pl.col("validate").fill_null(False) & pl.col("truncated").fill_null(False))
+         .select(pl.col("response_tokens").min()).collect().item())
+    return float(v) if v is not None and v > 0 else None
+
+
+def clip_ratio_cap(step_metrics: pl.LazyFrame) -> float | None:
+    """The largest ``response_length/max`` of the training steps whose ``response_length/clip_ratio`` > 0."""
+    wide = (
+        step_metrics.filter(~pl.col("is_validation")
+                            & pl.col("metric").is_in(["response_length/max", "response_length/clip_ratio"]))
+        .group_by("step", "metric").agg(pl.col("value").last())
+        .collect()
+    )
+    if wide.height == 0:
+        return None
+    piv = wide.pivot(on="metric", index="step", values="value")
+    if not {"response_length/max", "response_length/clip_ratio"} <= set(piv.columns):
+        return None
+    v = piv.filter(pl.col("response_length/clip_ratio") > 0)["response_length/max"].max()
+    return float(v) if v is not None and v > 0 else None
+
+
+def is_idle_whole_run(max_util: pl.Expr) -> pl.Expr:
+    """A GPU idle for the whole run: its utilization never reached :data:`IDLE_UTIL_PCT`."""
+    return max_util < IDLE_UTIL_PCT
+
+
+def telemetry_gpus_used(gpu_samples: pl.LazyFrame) -> int | None:
+    """GPUs with utilization samples that are not idle for the whole run (None without utilization)."""
+    per = (
+        gpu_samples.filter((pl.col("metric") == UTIL_METRIC) & pl.col("value").is_not_null())
+        .group_by(pl.col("host").fill_null(""), "gpu").agg(mx=pl.col("value").max())
+        .collect()
+    )
+    if per.height == 0:
+        return None
+    used = per.filter(~is_idle_whole_run(pl.col("mx"))).height
+    return used or None
+
+
+def first_fact(*candidates: tuple[float | int | None, str]) -> tuple[float | int | None, str | None]:
+    """The first (value, source) whose value is known, else (None, None)."""
+    for value, source in candidates:
+        if value is not None:
+            return value, source
+    return None, None
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """The run's cap and GPU count, each with its source (one of :data:`CAP_SOURCES` / :data:`N_GPUS_SOURCES`)."""
+
+    max_response_length: int | None = None
+    max_response_length_source: str | None = None
+    n_gpus: int | None = None
+    n_gpus_source: str | None = None
+
+
+def infer_run_facts(
+    declared_cap: int | None,
+    declared_gpus: int | None,
+    config: ConfigFacts,
+    samples: pl.LazyFrame,
+    step_metrics: pl.LazyFrame,
+    gpu_samples: pl.LazyFrame,
+) -> RunFacts:
+    """The cap and GPU count from the first source that gives each (lazy: a later source is
+    read only when the earlier ones are silent)."""
+    cap, cap_src = first_fact((declared_cap, "run.toml"), (config.max_response_length, "config_dump"))
+    if cap is None:
+        cap, cap_src = first_fact((clip_ratio_cap(step_metrics), "clip_ratio"))
+    if cap is None:
+        cap, cap_src = first_fact((flagged_cap(samples), "sample_flags"))
+    if cap is None:
+        cap, cap_src = first_fact((sample_point_mass_cap(samples), "point_mass"))
+    gpus, gpus_src = first_fact((declared_gpus, "run.toml"), (config.n_gpus, "config_dump"))
+    if gpus is None:
+        gpus, gpus_src = first_fact((telemetry_gpus_used(gpu_samples), "telemetry"))
+    return RunFacts(int(cap) if cap is not None else None, cap_src, int(gpus) if gpus is not None else None, gpus_src)
+
+
+def with_truncation(samples: pl.LazyFrame, cap: int | None) -> pl.LazyFrame:
+    """``samples`` with ``truncated`` filled where unknown: the response reached ``cap``."""
+    if cap is None:
+        return samples
+    return samples.with_columns(truncated=pl.coalesce(pl.col("truncated"), pl.col("response_tokens") >= cap))

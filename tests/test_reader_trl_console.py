@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from analyses.api import PolyTrace
 from analyses.ingest import ingest_run
 from analyses.manifest import load_manifest
 from analyses.readers import detect
@@ -249,7 +250,6 @@ def test_unsloth_run_directory_lines_up_gpu_samples(real_file, tmp_path: Path) -
     """An Unsloth run directory - the console log and nvidia-smi's CSV beside it, with an
     ``index`` column and ``[N/A]`` temperatures (a vGPU) - gets step windows and per-step GPU
     utilization like a verl run. The CSV is made here: 30% busy in step 1's window, 80% in step 2's."""
-    from analyses.alignment import step_gpu_utilization
 
     run = tmp_path / "unsloth_run"
     run.mkdir()
@@ -273,7 +273,7 @@ def test_unsloth_run_directory_lines_up_gpu_samples(real_file, tmp_path: Path) -
         (1, datetime(2025, 12, 17, 12, 22, 31, tzinfo=UTC), datetime(2025, 12, 17, 12, 33, 15, tzinfo=UTC), "log_ts_minus_step_time"),
         (2, datetime(2025, 12, 17, 12, 33, 15, tzinfo=UTC), datetime(2025, 12, 17, 12, 41, 6, tzinfo=UTC), "log_ts_minus_step_time"),
     ]
-    util = step_gpu_utilization(scan_table(wh, "gpu_samples"), scan_table(wh, "step_windows"))
+    util = PolyTrace(wh).view("gpu_step_utilization").sort("step")
     assert util["mean_util_pct"].to_list() == [30.0, 80.0]
     # 5-s samples at 12:22:31.123 + 5k s: k = 0..128 in [12:22:31, 12:33:15), k = 129..222 in [12:33:15, 12:41:06)
     assert util["n_samples"].to_list() == [129, 94]

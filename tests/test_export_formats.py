@@ -62,10 +62,19 @@ def test_v1_vidur_mooncake_aiperf_params(single, multi, tmp_path: Path):
     doc = json.loads(v1.read_text())
     assert list(doc) == ["1", "2"] and len(doc["1"]["input"]) == 8 and len(doc["1"]["output"]) == 32
 
-    (vid,) = export(single, "vidur", tmp_path / "vidur", steps=2, seed=0, step_interval_s=100)
+    vid, replay, interval = export(single, "vidur", tmp_path / "vidur", steps=2, seed=0, step_interval_s=100,
+                                   vidur_date="2024-01-02")
     rows = list(csv.DictReader(vid.open()))
     assert list(rows[0]) == ["arrived_at", "num_prefill_tokens", "num_decode_tokens"]
     assert len(rows) == 64 and {float(r["arrived_at"]) for r in rows} == {0.0, 100.0}
+    # the same requests as vidur's trace-replay and interval generators read them
+    rep = list(csv.DictReader(replay.open()))
+    assert list(rep[0]) == ["Date", "Time", "PromptTokenCount", "CompletionTokenCount"] and len(rep) == 64
+    assert {r["Date"] for r in rep} == {"2024-01-02"} and {float(r["Time"]) for r in rep} == {0.0, 100.0}
+    assert [(r["PromptTokenCount"], r["CompletionTokenCount"]) for r in rep] == [
+        (r["num_prefill_tokens"], r["num_decode_tokens"]) for r in rows]
+    arr = [r["arrival_time"] for r in csv.DictReader(interval.open())]
+    assert len(arr) == 64 and set(arr) == {"1970-01-04 12:00:01.000000", "1970-01-04 12:01:41.000000"}
 
     (mc,) = export(multi, "mooncake", tmp_path / "mc", steps=1, seed=0)
     recs = [json.loads(x) for x in mc.read_text().splitlines()]
@@ -226,3 +235,25 @@ def test_percent_thousandths_give_the_rounding_to_the_largest_remainders() -> No
     # 2/7, 5/7 -> 28571.43 + 71428.57 thousandths: the larger remainder (.57) gets the missing unit
     assert percent_thousandths(np.array([2, 5])) == [28.571, 71.429]
     assert sum(percent_thousandths(np.array([0.1] * 7 + [0.3]))) == pytest.approx(100, abs=1e-9)
+
+
+def test_a_spec_lacking_what_a_format_needs_exits_2_and_writes_nothing(multi, tmp_path: Path, capsys) -> None:
+    import copy
+
+    from analyses.cli import main
+    from analyses.export.spec import write_spec
+
+    broken = copy.deepcopy(multi)
+    (w,) = broken["workloads"].values()
+    del w["variables"]["n_turns"]
+    spec = tmp_path / "spec.json"
+    write_spec(broken, spec)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine\n")
+    assert main(["export", "--spec", str(spec), "--format", "polytrace-v2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no 'variables.n_turns', which this format needs" in err[0]
+    # nothing partial: the directory holds what it held, and no staging directory is left beside it
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "spec.json"]

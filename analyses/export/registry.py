@@ -6,10 +6,13 @@ table, the Dagster asset and the conformance suite all read this list.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ class ExportJob:
     seed: int = 0
     steps: int | None = None
     step_interval_s: float | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # format-specific (vidur_date, task, ...)
 
     @cached_property
     def generated(self) -> Generated:
@@ -89,12 +93,36 @@ def workload_dirs(spec: dict[str, Any], out: Path, only: str | None = None) -> l
     return [(k, w, out / re.sub(r"[^A-Za-z0-9_.-]+", "_", k)) for k, w in items]
 
 
+class ExportError(ValueError):
+    """A spec that lacks what a format needs: one line naming the missing part."""
+
+
 def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = None, seed: int = 0,
-           workload: str | None = None, step_interval_s: float | None = None) -> list[Path]:
-    """Write ``fmt`` for every workload of ``spec`` under ``out``; returns the files written."""
+           workload: str | None = None, step_interval_s: float | None = None, **options: Any) -> list[Path]:
+    """Write ``fmt`` for every workload of ``spec`` under ``out``; returns the files written.
+
+    Everything is written into a private directory beside ``out`` first and moved in only when
+    every workload was written: a spec that lacks what the format needs raises
+    :class:`ExportError` and leaves ``out`` as it was. ``options`` are the format's own
+    (``vidur_date``, ``task``, ``records_per_step``, ...)."""
     f = export_format(fmt)
-    written: list[Path] = []
-    for key, w, d in workload_dirs(spec, out, workload):
-        d.mkdir(parents=True, exist_ok=True)
-        written.extend(f.write(ExportJob(key, w, spec, d, seed, steps, step_interval_s)))
-    return written
+    dirs = workload_dirs(spec, out, workload)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    moves: list[tuple[Path, Path]] = []
+    try:
+        for key, w, d in dirs:
+            sd = stage / d.relative_to(out)
+            sd.mkdir(parents=True, exist_ok=True)
+            try:
+                files = f.write(ExportJob(key, w, spec, sd, seed, steps, step_interval_s, dict(options)))
+            except KeyError as exc:
+                raise ExportError(f"{fmt}: workload {key!r} of the spec has no {exc.args[0]!r}, which this format "
+                                  "needs (fit the run again with this version)") from exc
+            moves += [(p, d / p.relative_to(sd)) for p in files]
+        for src, dst in moves:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return [dst for _, dst in moves]

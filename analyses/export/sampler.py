@@ -99,7 +99,9 @@ class Compiled:
         mixture = joint.get("selected") == "gaussian_mixture" and "gaussian_mixture" in joint
         self.gm = GaussianMixture.from_dict(joint["gaussian_mixture"]) if mixture else None
         self.cop = GroupCopula.from_dict(joint.get("gaussian_copula") or {})
-        self.multi = bool(b.get("multi_turn")) and "n_turns" in v
+        self.multi = bool(b.get("multi_turn"))
+        if self.multi and "n_turns" not in v:  # a multi-turn workload without its turns is not one to guess
+            raise KeyError("variables.n_turns")
         ndp = len(b.get("dp_ranks") or [0])
         g = np.repeat(np.arange(self.G), self.n)
         self.dp_index = g * ndp // self.G

@@ -13,8 +13,6 @@ import pytest
 
 ISSUE = "issue 10"
 
-_VIDUR_DATE = ("vidur's TraceReplayRequestGenerator: KeyError: 'Date' (it reads Date, Time, PromptTokenCount, "
-               "CompletionTokenCount; the export writes arrived_at, num_prefill_tokens, num_decode_tokens)")
 _TASK_KEY = "without run.toml the task key is unknown_task; upstream's keys are math_task / tool_calling_task"
 
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {
@@ -40,11 +38,6 @@ KNOWN_DEFECTS: dict[tuple[str, str], str] = {
     ("mooncake_timestamps", "search-r1"): "later turns arrive at fractional-millisecond timestamps",
     ("mooncake_prefill", "search-r1"): "sessions carry cumulative input_length while aiperf adds each turn to the "
                                        "history: 170% of the real run's prefill per trajectory",
-    ("vidur_trace_replay", "verl-video"): _VIDUR_DATE,
-    ("vidur_trace_replay", "dapo-0610"): _VIDUR_DATE,
-    ("vidur_trace_replay", "dapo-0614"): _VIDUR_DATE,
-    ("vidur_trace_replay", "rllm"): _VIDUR_DATE,
-    ("vidur_trace_replay", "search-r1"): _VIDUR_DATE,
 }
 
 

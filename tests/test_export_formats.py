@@ -257,3 +257,30 @@ def test_a_spec_lacking_what_a_format_needs_exits_2_and_writes_nothing(multi, tm
     # nothing partial: the directory holds what it held, and no staging directory is left beside it
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "spec.json"]
+
+
+def test_params_task_keys_follow_the_data_or_the_option(multi, single, tmp_path: Path) -> None:
+    (pm,) = export(multi, "polytrace-params", tmp_path / "pm")
+    doc = json.loads(pm.read_text())
+    # a workload with tool calls is upstream's tool_calling_task: lengths and call counts in one entry
+    assert [k for k in doc if k.endswith("_task")] == ["tool_calling_task"]
+    assert {"input_distribution", "output_distribution", "call_count_distribution"} <= set(doc["tool_calling_task"])
+    (po,) = export(single, "polytrace-params", tmp_path / "po", task="coding")
+    assert [k for k in json.loads(po.read_text()) if k.endswith("_task")] == ["coding_task"]
+
+
+def test_empirical_alternative_by_hand() -> None:
+    from analyses.export.formats.polytrace_params import empirical_alternative, length_marginal
+
+    e = empirical_alternative({"kind": "categorical", "values": [20, 10, 11], "probs": [0.25, 0.5, 0.25]})
+    # bins: 10 -> [9.5, 10.5], 11 -> [10.5, 11.5], a gap to 20 -> [19.5, 20.5]; each atom mid-bin: KS = 0.5 * 0.5
+    assert e["parameters"] == [[[0.5, 0.25, 0.0, 0.25], [9.5, 10.5, 11.5, 19.5, 20.5]]]
+    assert e["ks_statistic"] == pytest.approx(0.25)
+    # never a family whose KS is worse than the empirical alternative's, and a better family is kept
+    atoms = {"kind": "categorical", "values": list(range(1, 1001)), "probs": [0.001] * 1000}
+    family = {"kind": "continuous", "family": "uniform", "params": [0.5, 1000.0], "gof": {"ks": 0.3, "ks_p": 0.0}}
+    worse = length_marginal({**atoms, "scipy_fallback": family})
+    assert worse["type"] == "rv_histogram" and worse["ks_statistic"] == pytest.approx(0.0005)
+    assert worse["parametric_alternative"]["type"] == "uniform"
+    better = length_marginal({**atoms, "scipy_fallback": {**family, "gof": {"ks": 0.0001, "ks_p": 1.0}}})
+    assert better["type"] == "uniform" and better["ks_statistic"] == 0.0001

@@ -13,7 +13,6 @@ import pytest
 
 ISSUE = "issue 10"
 
-_TASK_KEY = "without run.toml the task key is unknown_task; upstream's keys are math_task / tool_calling_task"
 
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {
     # (check, run id): what the consumer says today
@@ -27,11 +26,6 @@ KNOWN_DEFECTS: dict[tuple[str, str], str] = {
                                            "(and response_loss_mask_rle): upstream's replay prefills 41.0% of the "
                                            "records' own prompt_tokens",
     ("v2_replay_vs_real", "search-r1"): "same missing replay fields: 40.4% of the real run's per-step prefill",
-    ("params_task_keys", "verl-video"): _TASK_KEY,
-    ("params_task_keys", "dapo-0610"): _TASK_KEY,
-    ("params_task_keys", "dapo-0614"): _TASK_KEY,
-    ("params_task_keys", "rllm"): _TASK_KEY,
-    ("params_task_keys", "search-r1"): _TASK_KEY,
     ("mooncake_load", "search-r1"): "MooncakeTraceDatasetLoader.convert_to_conversations: ConfigurationError: hash_id 0 "
                                     "requested at 512 tokens but was already materialized at 320 tokens (a prompt's "
                                     "hash ids stand for blocks of different sizes)",

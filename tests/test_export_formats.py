@@ -81,13 +81,32 @@ def test_v1_vidur_mooncake_aiperf_params(single, multi, tmp_path: Path):
     assert {"timestamp", "input_length", "output_length", "hash_ids", "session_id", "turn", "tool_calls"} <= set(recs[0])
     ts = [r["timestamp"] for r in recs]
     assert ts == sorted(ts)
-    # a later turn of a trajectory arrives after the earlier one and re-uses its prefix blocks
+    assert all(isinstance(x, int) for x in ts)  # integer milliseconds
     by = {}
     for r in recs:
         by.setdefault(r["session_id"], []).append(r)
     long = next(v for v in by.values() if len(v) > 1)
     assert long[1]["timestamp"] > long[0]["timestamp"]
-    assert long[1]["hash_ids"][: len(long[0]["hash_ids"])] == long[0]["hash_ids"]
+    # a later turn is an increment with blocks of its own; aiperf's history then is the generated context
+    assert not set(long[1]["hash_ids"]) & set(long[0]["hash_ids"])
+    turns = _generated(multi, 1, 0).turns
+    ctx = {(f"{a}-{b}-{c}", t): p for a, b, c, t, p in turns.select("step", "group", "sample_index", "turn",
+                                                                     "prompt_tokens").iter_rows()}
+    for sid, rs in by.items():
+        history = 0
+        for r in sorted(rs, key=lambda r: r["turn"]):
+            history += r["input_length"]
+            if r["turn"] == 0 or r["input_length"] > 1:
+                assert history == ctx[(sid, r["turn"])]
+            else:  # an increment below one token is sent as one
+                assert history >= ctx[(sid, r["turn"])]
+            history += r["output_length"]
+        for r in rs:  # an id stands for one block size: ceil(input_length / 512) ids
+            assert len(r["hash_ids"]) == -(-r["input_length"] // 512)
+    # the first turns of one prompt group share the prompt's blocks
+    firsts = [r for r in recs if r["turn"] == 0]
+    group = firsts[0]["session_id"].rsplit("-", 1)[0]
+    assert len({tuple(r["hash_ids"]) for r in firsts if r["session_id"].rsplit("-", 1)[0] == group}) == 1
 
     txt, js = export(single, "aiperf", tmp_path / "ai", seed=0)
     buckets = txt.read_text().strip().split(";")

@@ -12,7 +12,7 @@ import pytest
 from _fit_synth import synth_multiturn, synth_samples
 
 from analyses.export.formats.aiperf import percent_thousandths
-from analyses.export.registry import export, format_names
+from analyses.export.registry import ExportError, export, format_names
 from analyses.export.sampler import generate, steps_for
 from analyses.export.spec import build_spec
 from analyses.fit.workload import fit_workload
@@ -39,13 +39,19 @@ def multi() -> dict:
 def test_polytrace_v2_files_and_record_shape(single, tmp_path: Path):
     files = export(single, "polytrace-v2", tmp_path, seed=1)
     names = sorted(p.name for p in files)
-    # 3 fitted steps (1..3): one packed file and one reward file per step
-    assert names == sorted([f"packed_lengths_step_{k}.jsonl" for k in (1, 2, 3)] + [f"reward_timings_step_{k}.jsonl" for k in (1, 2, 3)])
+    # 3 fitted steps (1..3), at least 4 exported (upstream's configs replay up to 4), numbered 0..3 as
+    # upstream's step_groups name them: one packed file and one reward file per step
+    assert names == sorted([f"packed_lengths_step_{k}.jsonl" for k in range(4)] + [f"reward_timings_step_{k}.jsonl" for k in range(4)])
     lines = (tmp_path / "packed_lengths_step_2.jsonl").read_text().splitlines()
     assert len(lines) == 8  # one record per prompt
     rec = json.loads(lines[0])
     assert list(rec) == ["step", "rank", "dp_rank", "tp_rank", "local_index", "input", "output", "n_sampling", "validate"]
     assert rec["step"] == 2 and len(rec["output"]) == rec["n_sampling"] == 4 and rec["validate"] is False
+    more = export(single, "polytrace-v2", tmp_path / "more", seed=1, steps=2, records_per_step=12)
+    assert sorted(p.name for p in more if p.name.startswith("packed")) == ["packed_lengths_step_0.jsonl", "packed_lengths_step_1.jsonl"]
+    assert len((tmp_path / "more" / "packed_lengths_step_1.jsonl").read_text().splitlines()) == 3  # 12 records = 3 prompts x 4
+    with pytest.raises(ExportError, match="must be a positive multiple of the workload's 4 samples per prompt"):
+        export(single, "polytrace-v2", tmp_path / "bad", records_per_step=10)
     rw = [json.loads(x) for x in (tmp_path / "reward_timings_step_1.jsonl").read_text().splitlines()]
     assert [r["dp_rank"] for r in rw] == [0, 1] and all(r["batch_size"] == 16 and r["reward_time_s"] > 0 for r in rw)
 
@@ -147,11 +153,11 @@ def test_v2_round_trip_through_our_reader(single, tmp_path: Path):
     export(single, "polytrace-v2", out, steps=2, seed=4)
     ingest_run(out, tmp_path / "wh", run_id="gen")
     got = scan_table(tmp_path / "wh", "samples", ["gen"]).collect()
-    g = _generated(single, 2, 4).samples
+    g = _generated(single, 2, 4).renumbered(1).samples  # the fitted run starts at step 1; files at 0
     cols = ["step", "dp_rank", "local_index", "prompt_tokens", "response_tokens"]
     assert got.select(cols).sort(cols).equals(g.select(cols).sort(cols))
     rw = scan_table(tmp_path / "wh", "rank_times", ["gen"]).collect().sort("step", "dp_rank")
-    exp = _generated(single, 2, 4).rewards.sort("step", "dp_rank")
+    exp = _generated(single, 2, 4).renumbered(1).rewards.sort("step", "dp_rank")
     assert rw["seconds"].to_list() == pytest.approx(exp["reward_time_s"].to_list())
 
 
@@ -303,3 +309,22 @@ def test_empirical_alternative_by_hand() -> None:
     assert worse["parametric_alternative"]["type"] == "uniform"
     better = length_marginal({**atoms, "scipy_fallback": {**family, "gof": {"ks": 0.0001, "ks_p": 1.0}}})
     assert better["type"] == "uniform" and better["ks_statistic"] == 0.0001
+
+
+def test_multiturn_records_carry_upstreams_replay_fields(multi, tmp_path: Path) -> None:
+    files = export(multi, "polytrace-v2", tmp_path, seed=3)
+    assert sorted(p.name for p in files) == [f"multiturn_workload_step_{k}.jsonl" for k in range(4)]
+    recs = [json.loads(x) for x in files[0].read_text().splitlines()]
+    assert len(recs) == 32  # prompts x samples of the source batch
+    for r in recs:
+        turns, calls = r["turns"], r["tool_calls"]
+        assert turns[0]["generation_prompt_len"] == r["prompt_len"]
+        for a, b in zip(turns, turns[1:], strict=False):
+            # the next turn starts exactly where this turn's appends end
+            appended = a["assistant_append_len"] + sum(c["append_len"] for c in calls if c["turn"] == a["turn"])
+            assert b["generation_prompt_len"] == a["generation_prompt_len"] + appended == b["prompt_tokens"]
+        assert all(t["assistant_loss_len"] == t["assistant_append_len"] == t["completion_tokens"] for t in turns)
+        assert all(c["loss_len"] == 0 and c["append_len"] >= c["response_token_len"] for c in calls)
+        rle = r["response_loss_mask_rle"]
+        assert sum(n for _, n in rle) == r["final_response_len"]
+        assert all(v1 != v2 for (v1, _), (v2, _) in zip(rle, rle[1:], strict=False))  # adjacent runs merged

@@ -21,6 +21,15 @@ from analyses.export import formats as formats_pkg
 from analyses.export.sampler import Generated, generate, steps_for
 
 
+class ExportError(ValueError):
+    """A spec that lacks what a format needs: one line naming the missing part."""
+
+
+# upstream PolyTrace's benchmark configs replay up to 4 steps (step_groups "0;1;2;3"): an export of a
+# run with fewer full steps (Search-R1 kept one) still holds that many
+MIN_EXPORT_STEPS = 4
+
+
 @dataclass
 class ExportJob:
     """One workload of a spec to write in one format under ``out``."""
@@ -36,9 +45,18 @@ class ExportJob:
 
     @cached_property
     def generated(self) -> Generated:
-        """The workload's steps drawn with the seeded sampler (same seed, same bytes)."""
+        """The workload's steps drawn with the seeded sampler (same seed, same bytes): ``steps``, by
+        default the source run's full steps and at least :data:`MIN_EXPORT_STEPS`; with the
+        ``records_per_step`` option, that many samples (trajectories) per step."""
         w = self.workload
-        n = self.steps if self.steps is not None else int(w["batch"].get("n_steps", 1))
+        n = self.steps if self.steps is not None else max(int(w["batch"].get("n_steps", 1)), MIN_EXPORT_STEPS)
+        per = self.options.get("records_per_step")
+        if per is not None:
+            k = int(w["batch"].get("samples_per_prompt") or 1)
+            if int(per) < 1 or int(per) % k:
+                raise ExportError(f"--records-per-step {per}: must be a positive multiple of the workload's {k} samples "
+                                  "per prompt")
+            w = {**w, "batch": {**w["batch"], "prompts_per_step": int(per) // k}}
         return generate(w, steps_for(w, n), self.seed, key=self.key)
 
 
@@ -91,10 +109,6 @@ def workload_dirs(spec: dict[str, Any], out: Path, only: str | None = None) -> l
     if len(items) == 1:
         return [(items[0][0], items[0][1], out)]
     return [(k, w, out / re.sub(r"[^A-Za-z0-9_.-]+", "_", k)) for k, w in items]
-
-
-class ExportError(ValueError):
-    """A spec that lacks what a format needs: one line naming the missing part."""
 
 
 def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = None, seed: int = 0,

@@ -48,6 +48,13 @@ class Generated:
     tool_calls: pl.DataFrame | None = None
     rewards: pl.DataFrame | None = None
 
+    def renumbered(self, first: int) -> Generated:
+        """The same workload with steps counted from 0 (``step - first``)."""
+        def shift(df: pl.DataFrame | None) -> pl.DataFrame | None:
+            return None if df is None or "step" not in df.columns else df.with_columns(pl.col("step") - first)
+
+        return Generated(shift(self.samples), shift(self.turns), shift(self.tool_calls), shift(self.rewards))
+
 
 def step_rng(seed: int, key: str, step: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, zlib.crc32(key.encode()), int(step)]))

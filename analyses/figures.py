@@ -171,6 +171,32 @@ def imbalance_figure(imbalance: pl.DataFrame, run_id: str) -> go.Figure:
     return _layout(fig, f"Load imbalance per step, {run_id}", height=560)
 
 
+def training_health_figure(health: pl.DataFrame, alerts: pl.DataFrame, run_id: str,
+                           panel: tuple[tuple[str, str], ...]) -> go.Figure:
+    """One row per health column the run has (``panel``: (column, label)), per step; each alert's
+    first step is a dashed red line on the rows of its metric, its sustained stretch shaded."""
+    d = health.filter(pl.col("run_id") == run_id).sort("step")
+    rows = [(c, label) for c, label in panel if c in d.columns and d[c].drop_nulls().len()]
+    fig = make_subplots(rows=max(len(rows), 1), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        subplot_titles=[label for _c, label in rows] or [""])
+    a = alerts.filter(pl.col("run_id") == run_id)
+    for i, (col, label) in enumerate(rows, start=1):
+        g = d.filter(pl.col(col).is_not_null())
+        fig.add_trace(go.Scatter(x=g["step"], y=g[col], mode="lines+markers", name=label, marker={"size": 4},
+                                 line={"color": _color(i - 1)}, showlegend=False), row=i, col=1)
+        for al in a.filter(pl.col("metric") == col).iter_rows(named=True):
+            fig.add_vrect(x0=al["first_step"], x1=al["last_step"], fillcolor=OUTLIER, opacity=0.08, line_width=0,
+                          row=i, col=1)
+            fig.add_vline(x=al["first_step"], line={"color": OUTLIER, "dash": "dash", "width": 1}, row=i, col=1)
+            fig.add_annotation(x=al["first_step"], y=1, yref=f"y{i if i > 1 else ''} domain", text=al["kind"],
+                               showarrow=False, xanchor="left", font={"color": OUTLIER, "size": 10})
+    # alerts on columns the panel does not draw (throughput) are named in the title
+    other = sorted({k for k, m in zip(a["kind"], a["metric"], strict=True) if m not in dict(rows)}) if a.height else []
+    _step_ticks(fig, d["step"], row=max(len(rows), 1), col=1)
+    title = f"Training health per step, {run_id}" + (f" (also: {', '.join(other)})" if other else "")
+    return _layout(fig, title, height=max(260, 150 * len(rows) + 80))
+
+
 def gpu_timeline_figure(timeline: pl.DataFrame, run_id: str) -> go.Figure:
     """Utilization over time per GPU of one run."""
     d = timeline.filter(pl.col("run_id") == run_id).sort("ts")

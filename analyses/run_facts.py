@@ -47,6 +47,11 @@ CONFIG_HEAD_BYTES = 4 * 1024 * 1024
 IDLE_UTIL_PCT = 5.0
 UTIL_METRIC = "gpu_util_pct"
 
+# a step with fewer training samples than this share of the run's median step is *partial* (a run
+# stopped mid-rollout: Search-R1's last step has 47 trajectories after 2048); views flag it and
+# leave it out of slopes and means, the fits never fit it
+PARTIAL_STEP_SHARE = 0.5
+
 CAP_SOURCES = ("run.toml", "config_dump", "clip_ratio", "sample_flags", "point_mass")
 N_GPUS_SOURCES = ("run.toml", "config_dump", "telemetry")
 

@@ -20,7 +20,8 @@ clip, reward and turn columns from their training samples (``source = 'samples'`
 A rule raises an alert when at least ``sustain`` consecutive steps of the run (in step order,
 among the steps that have the column) are low/high: one noisy step is not an alert. The alert's
 ``first_step`` is the first step of the first such stretch, ``last_step`` the last step of the
-last one. Partial steps (item 4: fewer than half the median step's samples) are left out.
+last one. Partial steps (``partial``: fewer than :data:`analyses.run_facts.PARTIAL_STEP_SHARE` of
+the median step's training samples) are shown in ``training_health`` and left out of the alerts.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from analyses import figures as F
+from analyses.run_facts import PARTIAL_STEP_SHARE
 from analyses.steps import HEALTH_KINDS, canonical_info
 from analyses.views.group import ReadView, View, ViewGroup
 
@@ -133,12 +135,15 @@ WITH m AS (
 SELECT k.run_id, k.step,
        CASE WHEN m.step IS NOT NULL OR st.step IS NOT NULL THEN 'step_log' ELSE 'samples' END AS source,
        s.n_samples,
+       coalesce(s.n_samples < {PARTIAL_STEP_SHARE} * median(s.n_samples) OVER (PARTITION BY k.run_id), false) AS partial,
        {", ".join(f"coalesce(m.{c.name}, s.{c.name}) AS {c.name}" if c.from_samples else f"m.{c.name}" for c in HEALTH_COLUMNS)},
        st.throughput_tokens_per_s, st.step_time_s
 FROM keys k LEFT JOIN m USING (run_id, step) LEFT JOIN s USING (run_id, step) LEFT JOIN st USING (run_id, step)
 """,
     "Per run x training step: source ('step_log' when the trainer logged the step, else 'samples'), n_samples "
-    "(training samples of the step, when the run has samples), "
+    f"(training samples of the step, when the run has samples), partial (n_samples < {PARTIAL_STEP_SHARE} x the "
+    "median over the run's steps: a step cut short, e.g. the last step of a run stopped mid-rollout; the other "
+    "views flag it and leave it out of their slopes and means), "
     + ", ".join(c.name for c in HEALTH_COLUMNS)
     + ", throughput_tokens_per_s, step_time_s. Each column is the first of its canonical step metrics the step logged "
     "(response_length/mean|max|min, response_length/clip_ratio, response/aborted_ratio, num_turns/mean|max, "
@@ -152,7 +157,7 @@ _long = "\nUNION ALL\n".join(
     f"SELECT run_id, step, '{r.kind}' AS kind, '{r.column}' AS metric, '{r.test}' AS test, "
     f"CAST({r.threshold} AS DOUBLE) AS threshold, {r.sustain} AS sustain, {r.regime_change} AS regime_change, "
     f"CAST({r.column} AS DOUBLE) AS value "
-    f"FROM training_health WHERE {r.column} IS NOT NULL AND isfinite({r.column})"
+    f"FROM training_health WHERE {r.column} IS NOT NULL AND isfinite({r.column}) AND NOT partial"
     for r in ALERT_RULES
 )
 

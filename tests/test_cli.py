@@ -127,3 +127,13 @@ def test_progress_line_fits_80_columns(tmp_path: Path) -> None:
 def test_version() -> None:
     out = subprocess.run([sys.executable, "-m", "analyses.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and re.fullmatch(r"polytrace \S+\n", out.stdout)
+
+
+def test_query_csv_writes_list_and_struct_columns_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh = tmp_path / "wh"
+    assert main(["ingest", str(_log(tmp_path)), "--warehouse", str(wh), "-q"]) == 0
+    capsys.readouterr()
+    # step_variance.outlier_steps is a list: CSV has no nested type, so it is its JSON text
+    sql = "SELECT [1, 2] AS l, {'x': 1} AS s, CAST(NULL AS BIGINT[]) AS n, list(step ORDER BY step) AS steps FROM steps"
+    assert main(["query", sql, "--warehouse", str(wh), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["l,s,n,steps", '"[1,2]","{""x"":1}",,"[0,1,2]"']

@@ -18,12 +18,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     add_warehouse(p)
 
 
+def _as_json(col: str) -> pl.Expr:
+    """A nested column as its JSON text, columnar (wrapped in a struct, encoded, the value taken back out)."""
+    return pl.struct(pl.col(col).alias("v")).struct.json_encode().str.json_path_match("$.v").alias(col)
+
+
 def _print(df: pl.DataFrame, fmt: str) -> None:
     if fmt == "csv":
         # CSV has no nested types: lists and structs are written as their JSON text
         nested = [c for c, t in df.schema.items() if isinstance(t, pl.List | pl.Array | pl.Struct)]
-        out = df.with_columns(pl.col(c).map_elements(lambda v: json.dumps(v, default=str), return_dtype=pl.String)
-                              for c in nested) if nested else df
+        out = df.with_columns(_as_json(c) for c in nested) if nested else df
         sys.stdout.write(out.write_csv())
     elif fmt == "json":
         sys.stdout.write(json.dumps(df.to_dicts(), default=str, indent=None) + "\n")

@@ -102,3 +102,15 @@ def test_agentic_cap_from_clip_ratio(real_file, tmp_path: Path, run: str) -> Non
     r = scan_table(tmp_path / "wh", "runs").collect().row(0, named=True)
     # grep: the steps with response_length/clip_ratio > 0 (1-7) all have response_length/max:8096.0
     assert (r["max_response_length"], r["max_response_length_source"]) == (8096, "clip_ratio")
+
+
+def test_duplicate_dcgm_scrape_counted_once(real_file, tmp_path: Path) -> None:  # noqa: ANN001
+    # each .prom is cut verbatim from the scrape quoted in the .md beside it (PROVENANCE): 20 and 23 samples
+    ingest_run(real_file("dcgm_prometheus"), tmp_path / "wh", run_id="dcgm")
+    g = scan_table(tmp_path / "wh", "gpu_samples").collect()
+    assert g.height == 20 + 23
+    sf = {r["path"]: r for r in scan_table(tmp_path / "wh", "source_files").collect().iter_rows(named=True)}
+    assert sf["ericsson-ccd_T4_scrape.prom"]["rows_out"] == 20 and sf["upcloud_L40S_scrape.prom"]["rows_out"] == 23
+    assert sf["ericsson-ccd_accelerator_metrics.md"]["rows_superseded"] == 20
+    assert sf["upcloud_accelerator-metrics.md"]["rows_superseded"] == 23
+    assert sf["upcloud_accelerator-metrics.md"]["rows_out"] == 0

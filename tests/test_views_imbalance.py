@@ -96,6 +96,8 @@ def test_pai_straggler_named(real_file, tmp_path: Path) -> None:  # noqa: ANN001
     ingest_run(real_file("alibaba_pai_minibatch/job_1_norm.csv"), tmp_path / "wh", run_id="pai")
     c = open_wh(tmp_path / "wh")
     h = headline_frame(c, "rank_imbalance").to_dicts()[0]
+    # batch_time_norm is 0..1000 per job, not seconds: the quantity says so
+    assert (h["phase"], h["quantity"]) == ("iteration", "time_normalised")
     # PROVENANCE: worker 6 becomes a straggler part-way; the worst step (1861, max/mean 2.089) is its
     # (raw: batch_time_norm of iteration 1861, worker 6 the largest); worker 0 is busiest most often (141 of 300)
     assert (h["worst_step"], h["worst_step_busiest"]) == (1861, 6)

@@ -27,7 +27,9 @@ WITH train_samples AS (
     FROM train_samples WHERE dp_rank IS NOT NULL AND response_tokens IS NOT NULL GROUP BY ALL
     UNION ALL
     -- time (and tokens, when recorded) per rank and phase
-    SELECT run_id, step, phase, 'seconds', 'rank_times', 'rank', rank, seconds
+    -- a normalised trace (PAI: 0..1000 per job) is not in seconds: its ratios hold, its unit does not
+    SELECT run_id, step, phase, CASE WHEN source LIKE '%:normalised%' THEN 'time_normalised' ELSE 'seconds' END,
+           'rank_times', 'rank', rank, seconds
     FROM rank_times WHERE seconds IS NOT NULL
     UNION ALL
     SELECT run_id, step, phase, 'tokens', 'rank_times', 'rank', rank, CAST(tokens AS DOUBLE)
@@ -69,9 +71,10 @@ SELECT run_id, step, phase, quantity, source, unit, n_units, busiest_unit_id, ma
 FROM all_rows
 """,
     "Per run x step x phase x quantity: n_units, busiest_unit_id (the rank / dp_rank holding the max, the lowest on "
-    "a tie; NULL for a rollout batch and for global_seqlen, which names no rank), max, mean, min, max_over_mean, max_over_min, max_minus_min, "
-    "idle_share = 1 - mean/max. Sources: samples summed per dp_rank (phase 'rollout', response_tokens and "
-    "sequence_tokens = prompt + response); rank_times per rank (its phases; seconds and tokens); verl's "
+    "a tie; NULL for a rollout batch and for global_seqlen, which names no rank), max, mean, min, max_over_mean, "
+    "max_over_min, max_minus_min, idle_share = 1 - mean/max. Sources: samples summed per dp_rank (phase 'rollout', response_tokens and "
+    "sequence_tokens = prompt + response); rank_times per rank (its phases; seconds, or time_normalised when the source "
+    "normalised its times (PAI's 0..1000), and tokens); verl's "
     "global_seqlen/{max,min,mean} (phase 'train_batch') and balanced_{max,min} ('train_batch_balanced'); "
     "and phase 'rollout_batch', unit 'sample': every response of the step (longest/mean response; idle_share "
     "= idle share of decode slots).",

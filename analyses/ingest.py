@@ -374,7 +374,7 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
                                 schema={"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean})
     _dedupe_step_metrics(staging, report)
     _dedupe_gpu_samples(staging, report)
-    facts = _infer_facts(staging, report, manifest, run_path)
+    config, facts = _infer_facts(staging, report, manifest, run_path)
     if facts.max_response_length is not None and manifest.max_response_length is None:
         samples = staging.scan("samples")
         if samples.select(pl.col("truncated").is_null().any()).collect().item():
@@ -399,7 +399,7 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
     runs = pl.DataFrame(
         [
             {
-                "task": manifest.task, "framework": manifest.framework, "model": manifest.model,
+                "task": manifest.task, "framework": manifest.framework, "model": manifest.model or config.model,
                 "n_gpus": facts.n_gpus, "n_gpus_source": facts.n_gpus_source,
                 "max_response_length": facts.max_response_length,
                 "max_response_length_source": facts.max_response_length_source,
@@ -420,15 +420,18 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
 _CONFIG_DUMP_FORMATS = ("verl_console",)
 
 
-def _infer_facts(staging: RunStaging, report: RunReport, manifest: RunManifest, run_path: Path) -> RunFacts:
-    """The run's cap and GPU count: run.toml, else what its logs imply (:mod:`analyses.run_facts`)."""
+def _infer_facts(staging: RunStaging, report: RunReport, manifest: RunManifest,
+                 run_path: Path) -> tuple[ConfigFacts, RunFacts]:
+    """What a config dump says, and the run's cap and GPU count: run.toml, else what its logs imply
+    (:mod:`analyses.run_facts`)."""
     config = ConfigFacts()
-    if manifest.max_response_length is None or manifest.n_gpus is None:
+    if manifest.max_response_length is None or manifest.n_gpus is None or manifest.model is None:
         for f in report.files:
             if f.format in _CONFIG_DUMP_FORMATS and f.status in ("ok", "partial"):
                 found = config_dump_file_facts(run_path if run_path.is_file() else run_path / f.path)
-                config = ConfigFacts(config.max_response_length or found.max_response_length, config.n_gpus or found.n_gpus)
-    return infer_run_facts(manifest.max_response_length, manifest.n_gpus, config, staging.scan("samples"),
+                config = ConfigFacts(config.max_response_length or found.max_response_length, config.n_gpus or found.n_gpus,
+                                     config.model or found.model)
+    return config, infer_run_facts(manifest.max_response_length, manifest.n_gpus, config, staging.scan("samples"),
                            staging.scan("step_metrics"), staging.scan("gpu_samples"))
 
 

@@ -63,6 +63,7 @@ RUNS = Table(
         "max_response_length_source": "where max_response_length came from: run.toml | config_dump | clip_ratio | "
         "sample_flags | point_mass (NULL: unknown)",
         "n_files": "input files of the run (source_files rows)",
+        "model": "run.toml's model, else the actor's model.path in a verl config dump (a hub id or a local path, as written)",
     },
 )
 

@@ -172,3 +172,16 @@ def test_i80_healthy_steps_are_not_outliers(real_con) -> None:  # noqa: ANN001
     # steps 1-10 (10 lost its timings to the 4096-char cut) are fenced among themselves; the collapse is another regime
     assert {r["metric"] for r in got} == {"throughput_tokens_per_s", "step_time_s", "gen_time_s"}
     assert all(r["early"] == [] and r["n_regimes"] == 2 for r in got)
+
+
+@pytest.mark.real_logs
+def test_run_overview_of_real_runs(real_con) -> None:  # noqa: ANN001
+    o = {r["run_id"]: r for r in rows(real_con, "SELECT * FROM run_overview")}
+    q = o["qwen"]
+    # the config dump: actor model.path 'Qwen/Qwen2.5-0.5B-Instruct', trainer n_gpus_per_node 1 x nnodes 1;
+    # 435 step lines (0..434), none rejected
+    assert (q["model"], q["gpus_used"], q["gpus_used_source"], q["steps"]) == ("Qwen/Qwen2.5-0.5B-Instruct", 1, "config_dump", 435)
+    assert (q["formats"], q["rejected_lines"], q["alerts"], q["duration_source"]) == ("verl_console", 0, "none", "sum_of_step_times")
+    assert o["i80"]["alerts"] == "response_length_collapse (steps 11-261); entropy_collapse (steps 16-261)"
+    s = o["search"]
+    assert (s["steps"], s["partial_steps"], s["formats"]) == (2, 1, "polytrace_multiturn")

@@ -141,6 +141,9 @@ def test_wandb_gpu_utilization_aligned_to_steps(real_logs: Path, tmp_path: Path)
     assert steps["g"] == 8 and steps["u"] == 4 and steps["n"] >= 50  # 59 trainer steps, telemetry covers all but the edges
     run = rows(c, "SELECT n_gpus, n_gpus_source FROM runs")[0]
     assert (run["n_gpus"], run["n_gpus_source"]) == (4, "telemetry")
+    o = rows(c, "SELECT * FROM run_overview")[0]
+    assert (o["gpus_used"], o["gpus_idle_whole_run"], o["steps"]) == (4, 4, 59)
+    assert o["formats"] == "verl_console, wandb_offline" and o["alerts"].startswith("response_length_collapse (steps 40-")
 
 
 def test_coder_truncation_share_from_the_inferred_cap(con) -> None:  # noqa: ANN001

@@ -32,7 +32,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from analyses import figures as F
-from analyses.run_facts import PARTIAL_STEP_SHARE
+from analyses.run_facts import IDLE_UTIL_PCT, PARTIAL_STEP_SHARE, UTIL_METRIC
 from analyses.steps import HEALTH_KINDS, canonical_info
 from analyses.views.group import ReadView, View, ViewGroup
 
@@ -51,7 +51,8 @@ HEALTH_COLUMNS: tuple[HealthColumn, ...] = (
     HealthColumn("response_length_mean", ("response_length/mean",), "avg(response_tokens)"),
     HealthColumn("response_length_max", ("response_length/max",), "max(response_tokens)"),
     HealthColumn("response_length_min", ("response_length/min",), "min(response_tokens)"),
-    HealthColumn("clip_ratio", ("response_length/clip_ratio",), "avg(CAST(truncated AS DOUBLE))"),
+    HealthColumn("clip_ratio", ("response_length/clip_ratio",),
+                 "avg(CAST(coalesce(truncated, response_tokens >= max_response_length) AS DOUBLE))"),
     HealthColumn("aborted_ratio", ("response/aborted_ratio",)),
     HealthColumn("turns_mean", ("num_turns/mean",), "avg(n_turns)"),
     HealthColumn("turns_max", ("num_turns/max",), "max(n_turns)"),
@@ -125,7 +126,8 @@ WITH m AS (
     GROUP BY run_id, step
 ), s AS (
     SELECT run_id, step, count(*) AS n_samples, {", ".join(f"{c.from_samples} AS {c.name}" for c in _SAMPLE_COLS)}
-    FROM samples WHERE NOT coalesce(validate, false)
+    FROM samples LEFT JOIN (SELECT run_id, max_response_length FROM runs) USING (run_id)
+    WHERE NOT coalesce(validate, false)
     GROUP BY run_id, step
 ), st AS (
     SELECT run_id, step, throughput_tokens_per_s, step_time_s FROM steps
@@ -213,6 +215,65 @@ FROM stretch GROUP BY run_id, kind, metric
     "(docs/views.md).",
 )
 
+RUN_OVERVIEW = View(
+    "run_overview",
+    f"""
+WITH f AS (
+    SELECT run_id, string_agg(DISTINCT format, ', ' ORDER BY format)
+               FILTER (WHERE status IN ('ok', 'partial') AND format <> 'unknown') AS formats,
+           count(*) AS files, count(*) FILTER (WHERE status NOT IN ('ok', 'partial')) AS files_not_read,
+           CAST(sum(rows_rejected) AS BIGINT) AS rejected_lines
+    FROM source_files GROUP BY run_id
+), h AS (
+    SELECT run_id, count(*) AS steps, count(*) FILTER (WHERE partial) AS partial_steps, min(step) AS first_step,
+           max(step) AS last_step
+    FROM training_health GROUP BY run_id
+), rt AS (
+    SELECT run_id, count(DISTINCT step) AS steps, min(step) AS first_step, max(step) AS last_step,
+           count(DISTINCT rank) AS ranks
+    FROM rank_times GROUP BY run_id
+), win AS (
+    SELECT run_id, epoch(max(end_ts)) - epoch(min(start_ts)) AS s FROM step_windows GROUP BY run_id
+), st AS (
+    SELECT run_id, sum(step_time_s) AS s FROM steps GROUP BY run_id
+), tel AS (
+    SELECT run_id, nullif(epoch(max(ts)) - epoch(min(ts)), 0) AS s FROM gpu_samples WHERE ts IS NOT NULL GROUP BY run_id
+), gpu AS (
+    -- GPUs with utilization telemetry; idle for the whole run = every sample below {IDLE_UTIL_PCT} % (run_facts)
+    SELECT run_id, count(*) AS gpus_seen, count(*) FILTER (WHERE mx >= {IDLE_UTIL_PCT}) AS gpus_busy
+    FROM (SELECT run_id, host, gpu, max(value) AS mx FROM gpu_samples
+          WHERE metric = '{UTIL_METRIC}' AND value IS NOT NULL GROUP BY ALL)
+    GROUP BY run_id
+), a AS (
+    SELECT run_id, count(*) AS n_alerts,
+           string_agg(printf('%s (steps %d-%d)', kind, first_step, last_step), '; ' ORDER BY first_step, kind) AS alerts
+    FROM health_alerts GROUP BY run_id
+)
+SELECT r.run_id, r.model, r.framework, r.task,
+       coalesce(gpu.gpus_busy, r.n_gpus) AS gpus_used,
+       CASE WHEN gpu.gpus_busy IS NOT NULL THEN 'telemetry' ELSE r.n_gpus_source END AS gpus_used_source,
+       gpu.gpus_seen - gpu.gpus_busy AS gpus_idle_whole_run,
+       coalesce(h.steps, rt.steps, 0) AS steps, coalesce(h.first_step, rt.first_step) AS first_step,
+       coalesce(h.last_step, rt.last_step) AS last_step, coalesce(h.partial_steps, 0) AS partial_steps, rt.ranks,
+       coalesce(win.s, st.s, tel.s) AS duration_s,
+       CASE WHEN win.s IS NOT NULL THEN 'step_windows' WHEN st.s IS NOT NULL THEN 'sum_of_step_times'
+            WHEN tel.s IS NOT NULL THEN 'telemetry_span' END AS duration_source,
+       r.max_response_length, r.max_response_length_source,
+       f.formats, f.files, f.files_not_read, f.rejected_lines,
+       coalesce(a.n_alerts, 0) AS n_alerts, coalesce(a.alerts, 'none') AS alerts
+FROM runs r LEFT JOIN f USING (run_id) LEFT JOIN h USING (run_id) LEFT JOIN rt USING (run_id)
+LEFT JOIN win USING (run_id) LEFT JOIN st USING (run_id) LEFT JOIN tel USING (run_id) LEFT JOIN gpu USING (run_id)
+LEFT JOIN a USING (run_id)
+""",
+    "Per run, what a reader looks for first: model, framework, task (run.toml); gpus_used (GPUs whose telemetry is "
+    f"not idle for the whole run, < {IDLE_UTIL_PCT} % in every sample; else runs.n_gpus) with gpus_used_source and "
+    "gpus_idle_whole_run; steps (training steps, else the steps of per-rank times), first_step, last_step, "
+    "partial_steps, ranks (with per-rank times); duration_s (span of the step windows, else the sum of step times, "
+    "else the telemetry span; duration_source says which); the response cap and its source; formats ingested, files, "
+    "files_not_read (status other than ok/partial), rejected_lines (source_files.rows_rejected); n_alerts and alerts "
+    "(health_alerts: kind (steps first-last)).",
+)
+
 # what the figure draws, top to bottom (columns of training_health)
 PANEL = (("response_length_mean", "response length (mean)"), ("clip_ratio", "clip ratio"), ("reward_mean", "reward"),
          ("entropy", "entropy"), ("kl", "KL"))
@@ -230,18 +291,15 @@ def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
 GROUP = ViewGroup(
     name="training_health",
     order=5,
-    title="Training health",
-    question="Did the training itself go wrong: responses collapsing or hitting the cap, reward or entropy collapsing, "
-             "throughput dropping?",
-    needs="step_metrics (response_length/*, rewards, entropy, KL, ...) or samples",
-    main=HEALTH_ALERTS,
-    views=(TRAINING_HEALTH, HEALTH_ALERTS),
+    title="Run overview and training health",
+    question="What ran (model, GPUs, steps, duration, what was ingested and rejected), and did the training itself go "
+             "wrong: responses collapsing or hitting the cap, reward or entropy collapsing, throughput dropping?",
+    needs="runs and source_files; step_metrics (response_length/*, rewards, entropy, KL, ...) or samples for health",
+    main=RUN_OVERVIEW,
+    views=(TRAINING_HEALTH, HEALTH_ALERTS, RUN_OVERVIEW),
     headline_sql="""
-        SELECT h.run_id, count(*) AS steps, any_value(a.alerts) AS alerts, any_value(a.details) AS details
-        FROM training_health h LEFT JOIN (
-            SELECT run_id, string_agg(printf('%s (steps %d-%d)', kind, first_step, last_step), '; ' ORDER BY first_step, kind) AS alerts,
-                   string_agg(detail, '; ' ORDER BY first_step, kind) AS details
-            FROM health_alerts GROUP BY run_id) a USING (run_id)
-        GROUP BY h.run_id ORDER BY h.run_id""",
+        SELECT run_id, model, gpus_used, gpus_idle_whole_run, steps, round(duration_s / 3600, 2) AS duration_h,
+               formats, rejected_lines, max_response_length AS cap, alerts
+        FROM run_overview ORDER BY run_id""",
     figures=_figures,
 )

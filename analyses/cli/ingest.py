@@ -11,6 +11,7 @@ from analyses.cli.common import EXIT_FAIL, EXIT_OK, Command, UsageError, add_war
 from analyses.ingest import iter_run_dirs, resolve_run_id
 from analyses.manifest import ManifestError, RunIdError, load_manifest
 from analyses.progress import IngestProgress
+from analyses.run_split import plan_runs
 from analyses.warehouse import DEFAULT_LOCK_WAIT_S, CommitRefused, RunLocked
 
 
@@ -40,9 +41,10 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--run-id needs exactly one PATH")
     if args.wait is not None and args.wait < 0:
         raise UsageError("--wait must be >= 0 seconds")
-    ids = _run_ids(runs, args.run_id)  # every id checked before anything is written
-    pt = warehouse(args, must_exist=False)
     show = not args.quiet
+    runs, forced = _expand(runs, args.run_id, show)
+    ids = _run_ids(runs, forced)  # every id checked before anything is written
+    pt = warehouse(args, must_exist=False)
     progress = IngestProgress(enabled=show and sys.stderr.isatty())
     t0 = time.perf_counter()
     total_rejects = 0
@@ -74,12 +76,35 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_FAIL if refused else EXIT_OK
 
 
-def _run_ids(runs: list[Path], forced: str | None) -> list[str]:
+def _expand(paths: list[Path], forced: str | None, show: bool) -> tuple[list[Path], list[str | None]]:
+    """Each PATH as its runs (:func:`analyses.run_split.plan_runs`: a directory of several runs
+    becomes one run each, and the ingest says so); ``--run-id`` keeps its PATH one run."""
+    runs: list[Path] = []
+    ids: list[str | None] = []
+    for p in paths:
+        try:
+            plan = plan_runs(p.resolve()) if forced is None else None
+        except ManifestError as exc:
+            raise UsageError(f"{p}: {exc}") from exc
+        if plan is not None and plan.split:
+            if show:
+                print(f"{p}: {plan.reason}: {len(plan.runs)} runs ({', '.join(r.run_id for r in plan.runs)})")
+            runs += [r.path for r in plan.runs]
+            ids += [r.run_id for r in plan.runs]
+            continue
+        if plan is not None and plan.note and show:
+            print(f"{p}: {plan.note}")
+        runs.append(p)
+        ids.append(forced)
+    return runs, ids
+
+
+def _run_ids(runs: list[Path], forced: list[str | None]) -> list[str]:
     """The run id of each PATH; one usage error for a bad run.toml, a bad id or two PATHs with one id."""
     ids: dict[str, Path] = {}
-    for r in runs:
+    for r, f in zip(runs, forced, strict=True):
         try:
-            rid = resolve_run_id(r.resolve(), load_manifest(r.resolve()), forced)
+            rid = resolve_run_id(r.resolve(), load_manifest(r.resolve()), f)
         except (ManifestError, RunIdError) as exc:
             raise UsageError(f"{r}: {exc}") from exc
         if rid in ids:
@@ -91,8 +116,10 @@ def _run_ids(runs: list[Path], forced: str | None) -> list[str]:
 COMMAND = Command(
     name="ingest",
     help="ingest runs (directories or files) into the warehouse",
-    description="Ingest each PATH as one run (a directory of logs, or a single file). Formats are "
-    "detected by content. Prints, per file, the format and lines parsed/rejected/skipped.",
+    description="Ingest each PATH as one run (a directory of logs, or a single file). A directory whose files are "
+    "separate runs (several wandb run-* folders, PolyTrace workload directories side by side, several console logs "
+    "whose steps each start over) becomes one run each, and the ingest says so; split_runs in run.toml forces either. "
+    "Formats are detected by content. Prints, per file, the format and lines parsed/rejected/skipped.",
     epilog="examples:\n  polytrace ingest logs/run-a logs/run-b\n  polytrace ingest --root sample_logs --warehouse /tmp/wh\n"
     "  polytrace ingest train.log --run-id qwen-0.5b",
     add_arguments=_arguments,

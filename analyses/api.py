@@ -40,14 +40,16 @@ from analyses.warehouse import DEFAULT_LOCK_WAIT_S, default_root, run_ids
 REPORT_NAME = "polytrace_report.html"
 
 RUNS_SQL = """
-SELECT r.run_id, r.task, r.model,
+SELECT r.run_id, r.task, r.model, r.n_gpus, r.n_gpus_source, r.max_response_length, r.max_response_length_source,
        (SELECT count(*) FROM source_files f WHERE f.run_id = r.run_id) AS files,
        (SELECT count(*) FROM source_files f WHERE f.run_id = r.run_id AND f.status NOT IN ('ok', 'partial')) AS file_errors,
        (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps,
        (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples,
        (SELECT count(*) FROM tool_calls s WHERE s.run_id = r.run_id) AS tool_calls,
-       (SELECT count(*) FROM rank_times s WHERE s.run_id = r.run_id) AS rank_times,
        (SELECT count(*) FROM gpu_samples s WHERE s.run_id = r.run_id) AS gpu_samples,
+       (SELECT count(*) FROM rank_times s WHERE s.run_id = r.run_id) AS rank_times,
+       (SELECT count(DISTINCT rank) FROM rank_times s WHERE s.run_id = r.run_id) AS ranks,
+       (SELECT count(DISTINCT step) FROM rank_times s WHERE s.run_id = r.run_id) AS rank_steps,
        (SELECT count(*) FROM rejects s WHERE s.run_id = r.run_id) AS rejects
 FROM runs r ORDER BY r.run_id
 """

@@ -7,10 +7,12 @@ several runs; functions that draw one run take a frame already filtered to it.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
@@ -48,7 +50,60 @@ def _color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
+# a log axis labels 1-2-5 steps while they are at most this many, else decades only
+LOG_TICKS_MAX = 10
+
+
+def short_number(v: float) -> str:
+    """A tick label: 1k, 20k, 1.5M for large values, 0.001 for small ones."""
+    for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:g}{suffix}"
+    return f"{v:g}"
+
+
+def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Tick values and labels of a log axis spanning [lo, hi]: 1, 2, 5 x 10^k inside the span, or only
+    the powers of ten when those are more than :data:`LOG_TICKS_MAX`. Empty within one decade, where
+    plotly's own ticks (1.1, 1.2, ...) read well; its 1-2-5 digits over several decades ("2", "5"
+    beside "1000") do not."""
+    if not (lo > 0 and hi > 0 and math.isfinite(lo) and math.isfinite(hi)) or hi / lo < 10:
+        return [], []
+    k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    tol = 1e-9
+    cand = [float(f"{m}e{k}") for k in range(k0, k1 + 1) for m in (1, 2, 5)]
+    vals = [v for v in cand if lo * (1 - tol) <= v <= hi * (1 + tol)]
+    if len(vals) > LOG_TICKS_MAX:
+        vals = [v for v in vals if f"{v:e}".startswith("1.")]
+        while len(vals) > LOG_TICKS_MAX:
+            vals = vals[::2]
+    return vals, [short_number(v) for v in vals]
+
+
+def _numbers(arr: object) -> list[float]:
+    try:
+        a = np.asarray(arr, dtype=float).ravel()
+    except (TypeError, ValueError):
+        return []
+    return a[np.isfinite(a) & (a > 0)].tolist()
+
+
+def readable_log_axes(fig: go.Figure) -> go.Figure:
+    """Give every log axis of ``fig`` the ticks of :func:`log_ticks` over the data drawn on it."""
+    for ax in [*fig.select_xaxes(), *fig.select_yaxes()]:
+        if ax.type != "log":
+            continue
+        letter, ref = ax.plotly_name[0], ax.plotly_name[0] + ax.plotly_name[5:]
+        vals = [v for t in fig.data if (getattr(t, f"{letter}axis", None) or letter) == ref
+                for v in _numbers(getattr(t, letter, None))]
+        tv, tt = log_ticks(min(vals), max(vals)) if vals else ([], [])
+        if tv:
+            ax.update(tickvals=tv, ticktext=tt)
+    return fig
+
+
 def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
+    readable_log_axes(fig)
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
         template=TEMPLATE,
@@ -169,6 +224,32 @@ def imbalance_figure(imbalance: pl.DataFrame, run_id: str) -> go.Figure:
     fig.update_yaxes(tickformat=".0%", range=[0, 1], title_text="idle", row=2, col=1)
     _step_ticks(fig, d["step"], row=2, col=1)
     return _layout(fig, f"Load imbalance per step, {run_id}", height=560)
+
+
+def training_health_figure(health: pl.DataFrame, alerts: pl.DataFrame, run_id: str,
+                           panel: tuple[tuple[str, str], ...]) -> go.Figure:
+    """One row per health column the run has (``panel``: (column, label)), per step; each alert's
+    first step is a dashed red line on the rows of its metric, its sustained stretch shaded."""
+    d = health.filter(pl.col("run_id") == run_id).sort("step")
+    rows = [(c, label) for c, label in panel if c in d.columns and d[c].drop_nulls().len()]
+    fig = make_subplots(rows=max(len(rows), 1), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        subplot_titles=[label for _c, label in rows] or [""])
+    a = alerts.filter(pl.col("run_id") == run_id)
+    for i, (col, label) in enumerate(rows, start=1):
+        g = d.filter(pl.col(col).is_not_null())
+        fig.add_trace(go.Scatter(x=g["step"], y=g[col], mode="lines+markers", name=label, marker={"size": 4},
+                                 line={"color": _color(i - 1)}, showlegend=False), row=i, col=1)
+        for al in a.filter(pl.col("metric") == col).iter_rows(named=True):
+            fig.add_vrect(x0=al["first_step"], x1=al["last_step"], fillcolor=OUTLIER, opacity=0.08, line_width=0,
+                          row=i, col=1)
+            fig.add_vline(x=al["first_step"], line={"color": OUTLIER, "dash": "dash", "width": 1}, row=i, col=1)
+            fig.add_annotation(x=al["first_step"], y=1, yref=f"y{i if i > 1 else ''} domain", text=al["kind"],
+                               showarrow=False, xanchor="left", font={"color": OUTLIER, "size": 10})
+    # alerts on columns the panel does not draw (throughput) are named in the title
+    other = sorted({k for k, m in zip(a["kind"], a["metric"], strict=True) if m not in dict(rows)}) if a.height else []
+    _step_ticks(fig, d["step"], row=max(len(rows), 1), col=1)
+    title = f"Training health per step, {run_id}" + (f" (also: {', '.join(other)})" if other else "")
+    return _layout(fig, title, height=max(260, 150 * len(rows) + 80))
 
 
 def gpu_timeline_figure(timeline: pl.DataFrame, run_id: str) -> go.Figure:

@@ -379,6 +379,29 @@ def _dedupe_step_metrics(staging: RunStaging, report: RunReport) -> None:
             f.rows_out -= dropped
 
 
+def _dedupe_gpu_samples(staging: RunStaging, report: RunReport) -> None:
+    """One telemetry sample once: a scrape that two files of the run both hold (a DCGM scrape saved
+    as ``.prom`` and quoted in a ``.md``) has identical rows (host, gpu, ts, metric, value); the
+    first file's are kept, the others' count as ``rows_superseded`` of their file."""
+    parts = sorted(staging.table_dir("gpu_samples").glob("*.parquet"))
+    if len({p.name.split("-", 1)[0] for p in parts}) < 2:
+        return
+    key = ["host", "gpu", "ts", "metric", "value"]
+    lf = pl.scan_parquet(parts, include_file_paths="_part")
+    n_dup = lf.select(pl.len() - pl.struct(key).n_unique()).collect().item()
+    if not n_dup:
+        return
+    full = lf.with_columns(_file=pl.col("_part").str.extract(r"f(\d{5})-[^/]*$").cast(pl.Int64)).collect()
+    kept = full.sort("_file", maintain_order=True).unique(subset=key, keep="first", maintain_order=True)
+    dropped = (full.group_by("_file").len().join(kept.group_by("_file").len(), on="_file", how="left", suffix="_kept")
+               .with_columns(d=pl.col("len") - pl.col("len_kept").fill_null(0)))
+    staging.replace("gpu_samples", kept.drop("_part", "_file"))
+    for idx, d in dropped.select("_file", "d").iter_rows():
+        if d and idx is not None and idx < len(report.files):
+            report.files[idx].rows_superseded += d
+            report.files[idx].rows_out -= d
+
+
 def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, run_path: Path) -> None:
     attrs_dir = staging.dir / "_step_attrs"
     attrs = None
@@ -386,7 +409,8 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
         attrs = pl.scan_parquet(sorted(attrs_dir.glob("*.parquet")), missing_columns="insert", extra_columns="ignore",
                                 schema={"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean})
     _dedupe_step_metrics(staging, report)
-    facts = _infer_facts(staging, report, manifest, run_path)
+    _dedupe_gpu_samples(staging, report)
+    config, facts = _infer_facts(staging, report, manifest, run_path)
     if facts.max_response_length is not None and manifest.max_response_length is None:
         samples = staging.scan("samples")
         if samples.select(pl.col("truncated").is_null().any()).collect().item():
@@ -411,7 +435,7 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
     runs = pl.DataFrame(
         [
             {
-                "task": manifest.task, "framework": manifest.framework, "model": manifest.model,
+                "task": manifest.task, "framework": manifest.framework, "model": manifest.model or config.model,
                 "n_gpus": facts.n_gpus, "n_gpus_source": facts.n_gpus_source,
                 "max_response_length": facts.max_response_length,
                 "max_response_length_source": facts.max_response_length_source,
@@ -432,15 +456,18 @@ def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, r
 _CONFIG_DUMP_FORMATS = ("verl_console",)
 
 
-def _infer_facts(staging: RunStaging, report: RunReport, manifest: RunManifest, run_path: Path) -> RunFacts:
-    """The run's cap and GPU count: run.toml, else what its logs imply (:mod:`analyses.run_facts`)."""
+def _infer_facts(staging: RunStaging, report: RunReport, manifest: RunManifest,
+                 run_path: Path) -> tuple[ConfigFacts, RunFacts]:
+    """What a config dump says, and the run's cap and GPU count: run.toml, else what its logs imply
+    (:mod:`analyses.run_facts`)."""
     config = ConfigFacts()
-    if manifest.max_response_length is None or manifest.n_gpus is None:
+    if manifest.max_response_length is None or manifest.n_gpus is None or manifest.model is None:
         for f in report.files:
             if f.format in _CONFIG_DUMP_FORMATS and f.status in ("ok", "partial"):
                 found = config_dump_file_facts(run_path if run_path.is_file() else run_path / f.path)
-                config = ConfigFacts(config.max_response_length or found.max_response_length, config.n_gpus or found.n_gpus)
-    return infer_run_facts(manifest.max_response_length, manifest.n_gpus, config, staging.scan("samples"),
+                config = ConfigFacts(config.max_response_length or found.max_response_length, config.n_gpus or found.n_gpus,
+                                     config.model or found.model)
+    return config, infer_run_facts(manifest.max_response_length, manifest.n_gpus, config, staging.scan("samples"),
                            staging.scan("step_metrics"), staging.scan("gpu_samples"))
 
 

@@ -47,6 +47,11 @@ CONFIG_HEAD_BYTES = 4 * 1024 * 1024
 IDLE_UTIL_PCT = 5.0
 UTIL_METRIC = "gpu_util_pct"
 
+# a step with fewer training samples than this share of the run's median step is *partial* (a run
+# stopped mid-rollout: Search-R1's last step has 47 trajectories after 2048); views flag it and
+# leave it out of slopes and means, the fits never fit it
+PARTIAL_STEP_SHARE = 0.5
+
 CAP_SOURCES = ("run.toml", "config_dump", "clip_ratio", "sample_flags", "point_mass")
 N_GPUS_SOURCES = ("run.toml", "config_dump", "telemetry")
 
@@ -56,6 +61,9 @@ _CAP_ARG = re.compile(r"(?:^|\s)data\.max_response_length=(\d+)")
 _TRAINER = re.compile(r"'trainer':\s*\{")
 _GPUS_DUMP = re.compile(r"'n_gpus_per_node':\s*(\d+)")
 _NODES_DUMP = re.compile(r"'nnodes':\s*(\d+)")
+# the dump prints actor_rollout_ref first, so its model.path is the first 'path' string
+_MODEL_DUMP = re.compile(r"'path':\s*'([^']+)'")
+_MODEL_ARG = re.compile(r"(?:^|\s)actor_rollout_ref\.model\.path=(\S+)")
 _GPUS_ARG = re.compile(r"(?:^|\s)trainer\.n_gpus_per_node=(\d+)")
 _NODES_ARG = re.compile(r"(?:^|\s)trainer\.nnodes=(\d+)")
 
@@ -66,6 +74,7 @@ class ConfigFacts:
 
     max_response_length: int | None = None
     n_gpus: int | None = None
+    model: str | None = None
 
 
 def config_dump_facts(text: str) -> ConfigFacts:
@@ -74,7 +83,9 @@ def config_dump_facts(text: str) -> ConfigFacts:
     The cap: the first ``'max_response_length': N`` (only ``data`` has that key), else a
     ``data.max_response_length=N`` override. GPUs: ``n_gpus_per_node`` x ``nnodes`` of the
     ``'trainer': {`` section (the reward-model pool has its own, often 0, earlier in the dump),
-    else the command-line overrides. A zero is not a fact.
+    else the command-line overrides. A zero is not a fact. The model: the first ``'path': '...'``
+    (the actor's ``model.path``: a hub id or a local path, as written), else the
+    ``actor_rollout_ref.model.path=`` override.
     """
     text = _ANSI.sub("", text)
     m = _CAP_DUMP.search(text) or _CAP_ARG.search(text)
@@ -88,7 +99,8 @@ def config_dump_facts(text: str) -> ConfigFacts:
         g, n = _GPUS_ARG.search(text), _NODES_ARG.search(text)
         gpus, nodes = (int(g.group(1)) if g else None), (int(n.group(1)) if n else nodes)
     n_gpus = gpus * (nodes or 1) if gpus else None
-    return ConfigFacts(cap, n_gpus)
+    m = _MODEL_DUMP.search(text) or _MODEL_ARG.search(text)
+    return ConfigFacts(cap, n_gpus, m.group(1).rstrip("/") or None if m else None)
 
 
 def config_dump_file_facts(path: Path) -> ConfigFacts:

@@ -56,7 +56,8 @@ RUNS = Table(
     docs={
         "task": "what the run trains on (run.toml `task`, e.g. math, search, code, video); NULL when not given",
         "framework": "training framework (run.toml `framework`, e.g. verl, trl); NULL when not given",
-        "model": "policy model name (run.toml `model`); NULL when not given",
+        "model": "run.toml's model, else the actor's model.path in a verl config dump (a hub id or a local path, as "
+        "written); NULL when neither says",
         "n_gpus": "GPUs the job used: run.toml, else a verl config dump (nnodes x n_gpus_per_node), else the GPUs "
         "whose telemetry is not idle for the whole run (see n_gpus_source; analyses.run_facts)",
         "max_response_length": "the response-length cap: run.toml, else a verl config dump, else response_length/max "
@@ -87,7 +88,7 @@ SOURCE_FILES = Table(
         "rows_rejected": I64,  # lines/records rejected (see `rejects`)
         "rows_skipped": I64,  # lines skipped by a documented rule (blank, banner, config dump, ...)
         "rows_out": I64,  # rows emitted into warehouse tables
-        "rows_superseded": I64,  # step metrics also carried by a better source of the run, stored once from there
+        "rows_superseded": I64,  # step metrics / telemetry samples also carried by another file of the run, stored once
         "status": S,  # ok | partial | error | unsupported | empty | skipped
         "error": S,
     },
@@ -110,7 +111,8 @@ SOURCE_FILES = Table(
         "rows_superseded": "a wandb run directory holds the binary history and the console's output.log; a "
         "step_metrics key (step, metric, is_validation) found in both is kept from the wandb file (then JSONL, "
         "then console text; between files of one kind the last in (path, line) order, as in steps), "
-        "and the other file's rows_out no longer counts it",
+        "and the other file's rows_out no longer counts it; likewise a telemetry sample (host, gpu, ts, metric, value) "
+        "that two files hold (one DCGM scrape saved twice) is kept from the first file in path order",
         "rows_rejected": "whole lines/records rejected; `rejects` may hold more rows than this, because a parsed "
         "line can also lose a part (a non-numeric pair, the tail of a line cut at 4096 characters) "
         "that is recorded there",

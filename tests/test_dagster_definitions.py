@@ -48,6 +48,7 @@ CHARACTERIZE_KEYS = [
     "stage_breakdown_view",
     "step_variance_view",
     "tool_latency_view",
+    "training_health_view",
 ]
 # the fit and export stages (pipelines/assets/fit.py, export.py): specs + fidelity, every export format
 FIT_KEYS = ["workload_exports", "workload_specs"]

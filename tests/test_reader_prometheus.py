@@ -162,8 +162,9 @@ def test_real_dcgm_dir_ingests(real_file, warehouse):
     d = real_file("dcgm_prometheus")
     rep = ingest_run(d, warehouse)
     assert {f.format for f in rep.files} == {"prometheus_text"}
-    # 20 + 23 from the .prom files, 20 + 23 from the .md files that embed the same scrapes
-    assert scan_table(warehouse, "gpu_samples").select(pl.len()).collect().item() == 86
+    # 20 + 23 from the .prom files; the .md files embed the same scrapes, which are stored once (issue 13)
+    assert scan_table(warehouse, "gpu_samples").select(pl.len()).collect().item() == 43
+    assert sum(f.rows_superseded for f in rep.files) == 43
 
 
 def test_unit_table_is_documented_and_consistent():

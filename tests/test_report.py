@@ -42,7 +42,8 @@ def test_single_run_has_no_comparison_and_says_what_is_missing(wh: Path, tmp_pat
     res = PolyTrace(wh).report(tmp_path / "a.html", runs=["agent-b"], png=False)
     groups = {s.group: s for s in res.sections}
     assert "compare" not in groups
-    assert {g for g, s in groups.items() if not s.empty} == {"tool_latency", "multiturn"}
+    # the run overview (training_health group) has a row for every run
+    assert {g for g, s in groups.items() if not s.empty} == {"training_health", "tool_latency", "multiturn"}
     text = res.path.read_text()
     assert "No data in the selected runs: this view needs filter_batches" in text
     assert "agent-b" in text and "math-a" not in text.split("<nav>")[0]

@@ -24,10 +24,14 @@ ARTIFACTS = Path(os.environ.get("POLYTRACE_ARTIFACTS", REPO / "tmp" / "artifacts
 # Runs in the page after load: one entry per figure container that did not draw.
 CHECK_JS = """
 (() => {
-  const out = {figures: 0, problems: []};
+  const out = {figures: 0, problems: [], keys: [], sections: [], overview: []};
+  out.sections = [...document.querySelectorAll('section[data-group]')].map(s => s.dataset.group);
+  const first = document.querySelector('section[data-group]');
+  if (first) out.overview = [...first.querySelectorAll('table th')].map(th => th.textContent);
   for (const box of document.querySelectorAll('.figure[data-figure]')) {
     out.figures += 1;
     const key = box.dataset.figure;
+    out.keys.push(key);
     const gd = box.querySelector('.js-plotly-plot');
     if (!gd) { out.problems.push(key + ': no plot element'); continue; }
     const svg = gd.querySelector('.main-svg');
@@ -85,13 +89,20 @@ def _drive(cdp: Cdp, page: Path, shots: dict[str, str | None]) -> tuple[dict, li
 
 def test_report_renders_in_chromium(report_html: Path) -> None:
     result, errors, requests = _render(
-        report_html, {"report_top.png": None, "report_imbalance.png": "rank_imbalance", "report_gpu.png": "gpu_utilization"}
+        report_html, {"report_top.png": None, "report_health.png": "fig-training_health__panel__math-a",
+                      "report_imbalance.png": "rank_imbalance", "report_gpu.png": "gpu_utilization"}
     )
     assert errors == []
     assert [u for u in requests if u.startswith(("http:", "https:"))] == []  # opens offline
     assert result["figures"] == result["expected"] >= 15
     assert result["problems"] == []
     assert (ARTIFACTS / "report_top.png").stat().st_size > 10_000
+    # the report opens with the run overview (and its health alerts), then the training-health panel
+    assert result["sections"][0] == "training_health"
+    assert {"run_id", "model", "gpus_used", "steps", "duration_h", "formats", "rejected_lines", "alerts"} <= set(
+        result["overview"])
+    assert "training_health__panel__math-a" in result["keys"]  # drawn: the checks above cover every figure
+    assert (ARTIFACTS / "report_health.png").stat().st_size > 10_000
 
 
 def test_checker_catches_a_broken_page(tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ from analyses.schema import GPU_SAMPLES, SAMPLES, STEP_METRICS, conform
 from analyses.warehouse import scan_table
 
 # a verl config dump as the console prints it: the reward-model pool's n_gpus_per_node 0 comes first
-DUMP = """\x1b[36m(TaskRunner pid=1)\x1b[0m {'data': {'max_prompt_length': 1024,
+DUMP = """\x1b[36m(TaskRunner pid=1)\x1b[0m {'actor_rollout_ref': {'model': {'path': '/mnt/models/Qwen3-VL-2B-Thinking',
+(TaskRunner pid=1)  'critic': {'model': {'path': '~/models/deepseek-llm-7b-chat'}},
+(TaskRunner pid=1)  'data': {'max_prompt_length': 1024,
 \x1b[36m(TaskRunner pid=1)\x1b[0m           'max_response_length': 20480,
 (TaskRunner pid=1)  'reward_model': {'n_gpus_per_node': 0,
 (TaskRunner pid=1)                   'nnodes': 0},
@@ -32,13 +34,14 @@ DUMP = """\x1b[36m(TaskRunner pid=1)\x1b[0m {'data': {'max_prompt_length': 1024,
 
 
 def test_config_dump_takes_the_trainer_sections_gpus_not_the_reward_pools_zero() -> None:
-    assert config_dump_facts(DUMP) == ConfigFacts(max_response_length=20480, n_gpus=16)
+    assert config_dump_facts(DUMP) == ConfigFacts(20480, 16, "/mnt/models/Qwen3-VL-2B-Thinking")  # the actor's, not the critic's
 
 
 def test_config_from_command_line_overrides_when_no_dump() -> None:
-    cmd = "python3 -m verl.trainer.main_ppo data.max_response_length=512 trainer.n_gpus_per_node=2 trainer.nnodes=1"
-    assert config_dump_facts(cmd) == ConfigFacts(512, 2)
-    assert config_dump_facts("step:1 - x:1") == ConfigFacts(None, None)
+    cmd = ("python3 -m verl.trainer.main_ppo data.max_response_length=512 trainer.n_gpus_per_node=2 trainer.nnodes=1 "
+           "actor_rollout_ref.model.path=google/gemma-2-2b-it")
+    assert config_dump_facts(cmd) == ConfigFacts(512, 2, "google/gemma-2-2b-it")
+    assert config_dump_facts("step:1 - x:1") == ConfigFacts(None, None, None)
 
 
 def test_point_mass_needs_repeats_among_many_values() -> None:
@@ -94,6 +97,7 @@ def test_verl_config_dump_gives_cap_and_gpus(real_file, tmp_path: Path) -> None:
     # the dump: 'max_response_length': 512 (line 87), trainer 'n_gpus_per_node': 2, 'nnodes': 1 (lines 169-170)
     assert (r["max_response_length"], r["max_response_length_source"]) == (512, "config_dump")
     assert (r["n_gpus"], r["n_gpus_source"]) == (2, "config_dump")
+    assert r["model"] == "sft_model_path/global_step_58"  # line 33: the actor's 'path' (an SFT checkpoint of gemma)
 
 
 @pytest.mark.parametrize("run", ["run-20251129_221801-i80f2v90"])
@@ -102,3 +106,15 @@ def test_agentic_cap_from_clip_ratio(real_file, tmp_path: Path, run: str) -> Non
     r = scan_table(tmp_path / "wh", "runs").collect().row(0, named=True)
     # grep: the steps with response_length/clip_ratio > 0 (1-7) all have response_length/max:8096.0
     assert (r["max_response_length"], r["max_response_length_source"]) == (8096, "clip_ratio")
+
+
+def test_duplicate_dcgm_scrape_counted_once(real_file, tmp_path: Path) -> None:  # noqa: ANN001
+    # each .prom is cut verbatim from the scrape quoted in the .md beside it (PROVENANCE): 20 and 23 samples
+    ingest_run(real_file("dcgm_prometheus"), tmp_path / "wh", run_id="dcgm")
+    g = scan_table(tmp_path / "wh", "gpu_samples").collect()
+    assert g.height == 20 + 23
+    sf = {r["path"]: r for r in scan_table(tmp_path / "wh", "source_files").collect().iter_rows(named=True)}
+    assert sf["ericsson-ccd_T4_scrape.prom"]["rows_out"] == 20 and sf["upcloud_L40S_scrape.prom"]["rows_out"] == 23
+    assert sf["ericsson-ccd_accelerator_metrics.md"]["rows_superseded"] == 20
+    assert sf["upcloud_accelerator-metrics.md"]["rows_superseded"] == 23
+    assert sf["upcloud_accelerator-metrics.md"]["rows_out"] == 0

@@ -79,3 +79,26 @@ def test_global_seqlen(con) -> None:  # noqa: ANN001
     assert (r["max"], r["mean"], r["min"], r["max_over_mean"], r["max_minus_min"]) == (120.0, 100.0, 80.0, 1.2, 40.0)
     b = _get(con, "train_batch_balanced", "sequence_tokens")
     assert b["max_over_mean"] == pytest.approx(1.05) and b["max_minus_min"] == pytest.approx(10.0)
+
+
+def test_busiest_unit_is_named(con) -> None:  # noqa: ANN001
+    got = {(r["phase"], r["quantity"]): r["busiest_unit_id"] for r in rows(con, "SELECT * FROM rank_imbalance")}
+    # dp 0 generated 10 + 30 = 40 tokens, dp 1 20 (its validation sample does not count); rank 4 took 26 s
+    assert got[("rollout", "response_tokens")] == 0 and got[("reward", "seconds")] == 4
+    assert got[("rollout_batch", "response_tokens")] is None and got[("train_batch", "sequence_tokens")] is None
+
+
+@pytest.mark.real_logs
+def test_pai_straggler_named(real_file, tmp_path: Path) -> None:  # noqa: ANN001
+    from analyses.ingest import ingest_run
+    from analyses.views import headline_frame
+
+    ingest_run(real_file("alibaba_pai_minibatch/job_1_norm.csv"), tmp_path / "wh", run_id="pai")
+    c = open_wh(tmp_path / "wh")
+    h = headline_frame(c, "rank_imbalance").to_dicts()[0]
+    # batch_time_norm is 0..1000 per job, not seconds: the quantity says so
+    assert (h["phase"], h["quantity"]) == ("iteration", "time_normalised")
+    # PROVENANCE: worker 6 becomes a straggler part-way; the worst step (1861, max/mean 2.089) is its
+    # (raw: batch_time_norm of iteration 1861, worker 6 the largest); worker 0 is busiest most often (141 of 300)
+    assert (h["worst_step"], h["worst_step_busiest"]) == (1861, 6)
+    assert (h["most_often_busiest"], h["most_often_busiest_steps"]) == (0, 141)

@@ -112,3 +112,17 @@ def test_view_frame_filters_runs(wh: Path) -> None:
     assert set(view_frame(open_wh(wh), "length_quantiles", runs=["a", "c"])["run_id"]) == {"a", "c"}
     with pytest.raises(KeyError):
         view_frame(open_wh(wh), "no_such_view")
+
+
+def test_partial_step_is_shown_but_left_out_of_quantiles_and_slope(tmp_path: Path) -> None:
+    # steps 1 and 2: 4 responses each; step 3: 1 response (< 0.5 x median(4, 4, 1) = 2): partial
+    root = tmp_path / "wh"
+    stage_run(root, "p", {"samples": {"step": [1] * 4 + [2] * 4 + [3], "sample_id": [str(i) for i in range(9)],
+                                      "response_tokens": [10, 10, 10, 10, 20, 20, 20, 20, 1000]}})
+    c = open_wh(root)
+    q = rows(c, "SELECT n, max, mean, n_partial FROM length_quantiles WHERE kind = 'response'")[0]
+    assert (q["n"], q["max"], q["mean"], q["n_partial"]) == (8, 20, 15.0, 1)
+    d = rows(c, "SELECT step, partial, run_log_p50_slope_per_step AS slope FROM length_drift ORDER BY step")
+    assert [(r["step"], r["partial"]) for r in d] == [(1, False), (2, False), (3, True)]
+    # slope of ln p50 over steps 1-2 only: ln 20 - ln 10
+    assert all(r["slope"] == pytest.approx(math.log(2)) for r in d)

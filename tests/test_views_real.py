@@ -71,10 +71,13 @@ def test_search_r1_tools_and_turns(con) -> None:  # noqa: ANN001
     assert t["p50"] == pytest.approx(0.18246793746948242) and t["p99"] == pytest.approx(2.124485731124878)
     assert t["max_s"] == pytest.approx(2.454470634460449)
     m = rows(con, "SELECT * FROM multiturn WHERE run_id = 'search'")[0]
-    # raw: sum(cached_tokens) / sum(prompt_tokens) over the 5502 turns
-    assert m["trajectories"] == 2095 and m["prefix_cache_share"] == pytest.approx(0.6043940223254378)
+    # step 5 is partial (47 trajectories after 2048): counted, left out of the means and pmfs.
+    # raw multiturn_workload_step_0.jsonl: 2048 records, 5455 turns, sum(cached_tokens) / sum(prompt_tokens)
+    assert (m["trajectories"], m["partial_trajectories"]) == (2048, 47)
+    assert m["prefix_cache_share"] == pytest.approx(0.603457399013598)
     pmf = rows(con, "SELECT value, n FROM multiturn_pmf WHERE run_id = 'search' AND variable = 'turns' ORDER BY value")
-    assert [(r["value"], r["n"]) for r in pmf] == [(1, 184), (2, 871), (3, 701), (4, 222), (5, 117)]
+    # raw step 0: len(turns) -> count
+    assert [(r["value"], r["n"]) for r in pmf] == [(1, 137), (2, 871), (3, 701), (4, 222), (5, 117)]
 
 
 def test_dapo_filter_waste(con) -> None:  # noqa: ANN001
@@ -99,9 +102,11 @@ def test_agentic_verl_stage_breakdown(con) -> None:  # noqa: ANN001
 def test_agentic_verl_step_variance_and_seqlen(con) -> None:  # noqa: ANN001
     v = rows(con, "SELECT * FROM step_variance WHERE run_id = 'agentic' AND metric = 'step_time_s'")[0]
     # grep -c 'timing_s/step:' output.log = 235 (the 26 validation-step lines cut at 4096 chars lost it);
-    # the longest is step 1 (427.049 s, warm-up), an outlier
+    # the longest is step 1 (427.049 s, warm-up). The responses collapse at step 11 (health_alerts): steps 1-10
+    # (427 -> 88 s as responses shorten) and 11-261 (~36 s) are fenced apart, so no healthy step is an outlier;
+    # step 11 (43.8 s, mean response 4.8 tokens) is the collapse regime's transition step
     assert v["n_steps"] == 235 and v["max"] == pytest.approx(427.04932610318065)
-    assert 1 in v["outlier_steps"]
+    assert v["n_regimes"] == 2 and [s for s in v["outlier_steps"] if s <= 11] == [11]
     r = rows(con, "SELECT * FROM rank_imbalance WHERE run_id = 'agentic' AND phase = 'train_batch' AND step = 52")[0]
     # grep 'step:52 - ': global_seqlen/max 64592, min 39904, mean 46848.0 (the run's worst max/mean)
     assert r["max_over_mean"] == pytest.approx(64592 / 46848) and r["max_minus_min"] == 64592 - 39904
@@ -136,6 +141,9 @@ def test_wandb_gpu_utilization_aligned_to_steps(real_logs: Path, tmp_path: Path)
     assert steps["g"] == 8 and steps["u"] == 4 and steps["n"] >= 50  # 59 trainer steps, telemetry covers all but the edges
     run = rows(c, "SELECT n_gpus, n_gpus_source FROM runs")[0]
     assert (run["n_gpus"], run["n_gpus_source"]) == (4, "telemetry")
+    o = rows(c, "SELECT * FROM run_overview")[0]
+    assert (o["gpus_used"], o["gpus_idle_whole_run"], o["steps"]) == (4, 4, 59)
+    assert o["formats"] == "verl_console, wandb_offline" and o["alerts"].startswith("response_length_collapse (steps 40-")
 
 
 def test_coder_truncation_share_from_the_inferred_cap(con) -> None:  # noqa: ANN001
@@ -144,3 +152,16 @@ def test_coder_truncation_share_from_the_inferred_cap(con) -> None:  # noqa: ANN
     assert q["truncation_share"] == pytest.approx(96 / 640)
     r = rows(con, "SELECT max_response_length, max_response_length_source FROM runs WHERE run_id = 'coder'")[0]
     assert (r["max_response_length"], r["max_response_length_source"]) == (16000, "point_mass")
+
+
+def test_search_r1_partial_last_step_shown_not_averaged(con) -> None:  # noqa: ANN001
+    h = rows(con, "SELECT step, n_samples, partial FROM training_health WHERE run_id = 'search' ORDER BY step")
+    # 2048 trajectories at step 0, 47 at step 5: 47 < 0.5 x median(2048, 47) = 523.75
+    assert [(r["step"], r["n_samples"], r["partial"]) for r in h] == [(0, 2048, False), (5, 47, True)]
+    q = rows(con, "SELECT n, n_partial FROM length_quantiles WHERE run_id = 'search' AND kind = 'response'")[0]
+    assert (q["n"], q["n_partial"]) == (2048, 47)
+    d = rows(con, "SELECT step, partial, n, run_log_p50_slope_per_step AS slope FROM length_drift "
+                  "WHERE run_id = 'search' ORDER BY step")
+    # shown per step, but a slope over one full step is no slope
+    assert [(r["step"], r["partial"], r["n"]) for r in d] == [(0, False, 2048), (5, True, 47)]
+    assert all(r["slope"] is None for r in d)

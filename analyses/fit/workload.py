@@ -35,6 +35,7 @@ from analyses.fit.drift import DriftModel, fit_drift
 from analyses.fit.empirical import TRIM, EmpiricalTailFit, fit_empirical_tail, heavy_step_share
 from analyses.fit.joint import GaussianMixture, GroupCopula, fit_gmm_bic, fit_group_copula
 from analyses.fit.tails import BodyTailFit
+from analyses.run_facts import PARTIAL_STEP_SHARE
 from analyses.schema import TOOL_OK_STATUSES
 
 Marginal = ContinuousFit | DiscreteFit | CategoricalFit | BodyTailFit | EmpiricalTailFit
@@ -68,7 +69,7 @@ def training_samples(samples: pl.DataFrame) -> pl.DataFrame:
     ).drop("_g")
 
 
-PARTIAL_SHARE = 0.5  # a step with fewer samples than this share of the median step's is partial
+PARTIAL_SHARE = PARTIAL_STEP_SHARE  # the one rule of a partial step, shared with the views
 
 
 def full_and_partial_steps(samples: pl.DataFrame) -> tuple[list[int], list[int]]:

@@ -3,6 +3,10 @@
 Only training samples count (``validate`` is not true). A prompt is counted once per
 (run, step, group): the n responses sampled from one prompt share it, so counting it n times
 would weight nothing differently but inflate ``n``. Task is the sample's own, else the run's.
+
+Partial steps (``training_health.partial``: a step cut short holds the responses that finished
+first, the short ones) are flagged (``partial_step``), shown per step in ``length_drift``, and
+left out of the quantiles, the CDF, the slope and the shift windows.
 """
 
 from __future__ import annotations
@@ -22,42 +26,48 @@ WITH s AS (
     SELECT s.run_id, coalesce(s.task, r.task, 'unknown') AS task, s.step, s.sample_id,
            coalesce(s.group_id, s.sample_id) AS prompt_key, s.prompt_tokens, s.response_tokens,
            coalesce(s.truncated, s.response_tokens >= r.max_response_length) AS response_truncated,
-           s.prompt_tokens >= r.max_prompt_length AS prompt_truncated
-    FROM samples s LEFT JOIN runs r USING (run_id)
+           s.prompt_tokens >= r.max_prompt_length AS prompt_truncated,
+           coalesce(h.partial, false) AS partial_step
+    FROM samples s LEFT JOIN runs r USING (run_id) LEFT JOIN training_health h USING (run_id, step)
     WHERE NOT coalesce(s.validate, false)
 )
-SELECT run_id, task, step, 'response' AS kind, response_tokens AS tokens, response_truncated AS truncated
+SELECT run_id, task, step, 'response' AS kind, response_tokens AS tokens, response_truncated AS truncated, partial_step
 FROM s WHERE response_tokens IS NOT NULL
 UNION ALL
-SELECT run_id, task, step, 'prompt' AS kind, any_value(prompt_tokens) AS tokens, bool_or(prompt_truncated) AS truncated
+SELECT run_id, task, step, 'prompt' AS kind, any_value(prompt_tokens) AS tokens, bool_or(prompt_truncated) AS truncated,
+       any_value(partial_step)
 FROM s WHERE prompt_tokens IS NOT NULL
 GROUP BY run_id, task, step, prompt_key
 """,
     "One row per training response and per distinct prompt (run, step, group): run_id, task, step, "
-    "kind ('prompt'|'response'), tokens, truncated (the sample's flag, else tokens >= the run's max length; "
-    "NULL when neither is known).",
+    "kind ('prompt'|'response'), tokens, truncated (the sample's flag, else tokens >= the run's max length, "
+    "runs.max_response_length: run.toml's or inferred; NULL when neither is known), partial_step (the step is "
+    "partial, training_health.partial).",
 )
 
 LENGTH_QUANTILES = View(
     "length_quantiles",
     f"""
-SELECT *, {ratio("max", "mean")} AS max_over_mean, {ratio("p99", "p50")} AS p99_over_p50
+SELECT q.*, {ratio("max", "mean")} AS max_over_mean, {ratio("p99", "p50")} AS p99_over_p50, p.n_partial
 FROM (
     SELECT run_id, task, kind, count(*) AS n, avg(tokens) AS mean, min(tokens) AS min,
            {disc_quantiles("tokens")}, max(tokens) AS max,
            avg(CAST(truncated AS DOUBLE)) AS truncation_share
-    FROM sample_lengths GROUP BY run_id, task, kind
-)
+    FROM sample_lengths WHERE NOT partial_step GROUP BY run_id, task, kind
+) q LEFT JOIN (
+    SELECT run_id, task, kind, count(*) AS n_partial FROM sample_lengths WHERE partial_step GROUP BY ALL
+) p USING (run_id, task, kind)
 """,
-    "Per run x task x kind (prompt|response): n, mean, min, p50, p90, p99, p999, max, max_over_mean, "
-    f"p99_over_p50, truncation_share (share of rows with truncated, NULL when unknown). Quantiles: {QUANTILE_DEFINITION}.",
+    "Per run x task x kind (prompt|response), over the full steps: n, mean, min, p50, p90, p99, p999, max, "
+    "max_over_mean, p99_over_p50, truncation_share (share of rows with truncated, NULL when unknown), n_partial "
+    f"(rows of partial steps, left out; NULL when none). Quantiles: {QUANTILE_DEFINITION}.",
 )
 
 LENGTH_CDF = View(
     "length_cdf",
     """
 WITH c AS (
-    SELECT run_id, task, kind, tokens AS value, count(*) AS n FROM sample_lengths GROUP BY ALL
+    SELECT run_id, task, kind, tokens AS value, count(*) AS n FROM sample_lengths WHERE NOT partial_step GROUP BY ALL
 )
 SELECT c.run_id, c.task, c.kind, c.value, c.n,
        sum(c.n) OVER w / sum(c.n) OVER (PARTITION BY c.run_id, c.task, c.kind) AS cdf,
@@ -68,7 +78,7 @@ FROM c JOIN length_quantiles q USING (run_id, task, kind)
 WINDOW w AS (PARTITION BY c.run_id, c.task, c.kind ORDER BY c.value
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 """,
-    "The exact empirical CDF: one row per run x task x kind x distinct value, with n at that value, "
+    "The exact empirical CDF over the full steps: one row per run x task x kind x distinct value, with n at that value, "
     "cdf = share <= value, ccdf = 1 - cdf = share > value, share_ge = share >= value (the survival function "
     "plotted on log-log axes: never 0, so the maximum shows), in_tail = value above the group's p99.",
 )
@@ -81,7 +91,7 @@ LENGTH_DRIFT = View(
     "length_drift",
     f"""
 WITH per_step AS (
-    SELECT run_id, step, count(*) AS n, avg(tokens) AS mean,
+    SELECT run_id, step, bool_or(partial_step) AS partial, count(*) AS n, avg(tokens) AS mean,
            quantile_disc(tokens, 0.1) AS p10, quantile_disc(tokens, 0.5) AS p50,
            quantile_disc(tokens, 0.9) AS p90, quantile_disc(tokens, 0.99) AS p99, max(tokens) AS max
     FROM sample_lengths WHERE kind = 'response' GROUP BY run_id, step
@@ -95,23 +105,31 @@ WITH per_step AS (
                ROWS BETWEEN CURRENT ROW AND {SHIFT_WINDOW - 1} FOLLOWING) AS after_mean,
            count(*) OVER (PARTITION BY run_id ORDER BY step
                ROWS BETWEEN CURRENT ROW AND {SHIFT_WINDOW - 1} FOLLOWING) AS after_n
-    FROM per_step
+    FROM per_step WHERE NOT partial
 ), jump AS (
     SELECT *, CASE WHEN before_n = {SHIFT_WINDOW} AND after_n = {SHIFT_WINDOW}
                    THEN after_mean - before_mean END AS log_jump
     FROM win
+), full_steps AS (
+    SELECT run_id, step,
+           CASE WHEN count(*) OVER (PARTITION BY run_id) >= 2
+                THEN regr_slope(log_p50, step) OVER (PARTITION BY run_id) END AS run_log_p50_slope_per_step,
+           exp(log_jump) AS shift_ratio,
+           coalesce(abs(log_jump) > ln({SHIFT_MIN_RATIO})
+                    AND abs(log_jump) = max(abs(log_jump)) OVER (PARTITION BY run_id ORDER BY step
+                                                                 ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING),
+                    false) AS is_shift
+    FROM jump
 )
-SELECT run_id, step, n, mean, p10, p50, p90, p99, max,
-       regr_slope(log_p50, step) OVER (PARTITION BY run_id) AS run_log_p50_slope_per_step,
-       exp(log_jump) AS shift_ratio,
-       coalesce(abs(log_jump) > ln({SHIFT_MIN_RATIO})
-                AND abs(log_jump) = max(abs(log_jump)) OVER (PARTITION BY run_id ORDER BY step
-                                                             ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING),
-                false) AS is_shift
-FROM jump
+SELECT p.run_id, p.step, p.partial, p.n, p.mean, p.p10, p.p50, p.p90, p.p99, p.max,
+       max(f.run_log_p50_slope_per_step) OVER (PARTITION BY p.run_id) AS run_log_p50_slope_per_step,
+       f.shift_ratio, coalesce(f.is_shift, false) AS is_shift
+FROM per_step p LEFT JOIN full_steps f USING (run_id, step)
 """,
-    "Per run x step: response-length n, mean, p10, p50, p90, p99, max; run_log_p50_slope_per_step = "
-    "least-squares slope of ln(p50) against step over the run (0.01 ~ +1%/step); shift_ratio = "
+    "Per run x step: partial (a partial step: shown, left out of the slope and the shift windows), response-length "
+    "n, mean, p10, p50, p90, p99, max; run_log_p50_slope_per_step = "
+    "least-squares slope of ln(p50) against step over the run's full steps (0.01 ~ +1%/step; NULL with fewer than 2); "
+    "shift_ratio = "
     f"exp(mean ln p50 of steps [s, s+{SHIFT_WINDOW - 1}] - mean ln p50 of the {SHIFT_WINDOW} steps before s); "
     f"is_shift when shift_ratio > {SHIFT_MIN_RATIO} or < 1/{SHIFT_MIN_RATIO} and it is the largest jump within "
     "+-2 steps (both windows full).",

@@ -3,6 +3,10 @@
 A trajectory is a training sample with turn information: rows in ``turns``, or ``n_turns``
 recorded on the sample. Its turn count is the sample's ``n_turns`` when recorded, else its
 number of ``turns`` rows; its tool-call count is ``n_tool_calls``, else its ``tool_calls`` rows.
+
+Trajectories of a partial step (``training_health.partial``: Search-R1's last step, 47 trajectories
+after 2048) are flagged (``partial_step``) and counted (``partial_trajectories``) but left out of
+the means, quantiles, shares and pmfs: the trajectories that finish first are the short ones.
 """
 
 from __future__ import annotations
@@ -31,30 +35,40 @@ WITH t AS (
 ), keys AS (
     SELECT run_id, step, sample_id FROM t UNION SELECT run_id, step, sample_id FROM s
 )
-SELECT k.run_id, k.step, k.sample_id,
+SELECT k.run_id, k.step, k.sample_id, coalesce(h.partial, false) AS partial_step,
        coalesce(s.n_turns, t.turn_rows) AS n_turns,
        coalesce(s.n_tool_calls, c.call_rows, 0) AS n_tool_calls,
        t.prompt_tokens, t.cached_tokens, t.completion_tokens, t.engine_latency_s
 FROM keys k LEFT JOIN t USING (run_id, step, sample_id) LEFT JOIN s USING (run_id, step, sample_id)
-LEFT JOIN c USING (run_id, step, sample_id)
+LEFT JOIN c USING (run_id, step, sample_id) LEFT JOIN training_health h ON h.run_id = k.run_id AND h.step = k.step
 """,
-    "One row per trajectory: n_turns, n_tool_calls, and over its turns: prompt_tokens, cached_tokens, "
+    "One row per trajectory: partial_step (its step is partial), n_turns, n_tool_calls, and over its turns: prompt_tokens, cached_tokens, "
     "completion_tokens, engine_latency_s (sums).",
 )
+
+# turns of full steps only (a partial step's turns are shown in trajectories, never averaged)
+_full_turns = f"(SELECT u.* FROM {_turns} u ANTI JOIN (SELECT run_id, step FROM training_health WHERE partial) p USING (run_id, step))"
 
 MULTITURN = View(
     "multiturn",
     f"""
-SELECT run_id, count(*) AS trajectories, avg(n_turns) AS turns_mean,
-       quantile_disc(n_turns, 0.5) AS turns_p50, quantile_disc(n_turns, 0.9) AS turns_p90, max(n_turns) AS turns_max,
-       avg(n_tool_calls) AS tool_calls_mean, quantile_disc(n_tool_calls, 0.9) AS tool_calls_p90,
-       max(n_tool_calls) AS tool_calls_max,
-       {ratio("sum(cached_tokens)", "sum(prompt_tokens)")} AS prefix_cache_share,
-       (SELECT quantile_disc(engine_latency_s, 0.5) FROM {_turns} u WHERE u.run_id = tr.run_id) AS turn_latency_p50_s,
-       (SELECT quantile_disc(engine_latency_s, 0.99) FROM {_turns} u WHERE u.run_id = tr.run_id) AS turn_latency_p99_s
+SELECT run_id, count(*) FILTER (WHERE NOT partial_step) AS trajectories,
+       count(*) FILTER (WHERE partial_step) AS partial_trajectories,
+       avg(n_turns) FILTER (WHERE NOT partial_step) AS turns_mean,
+       quantile_disc(n_turns, 0.5) FILTER (WHERE NOT partial_step) AS turns_p50,
+       quantile_disc(n_turns, 0.9) FILTER (WHERE NOT partial_step) AS turns_p90,
+       max(n_turns) FILTER (WHERE NOT partial_step) AS turns_max,
+       avg(n_tool_calls) FILTER (WHERE NOT partial_step) AS tool_calls_mean,
+       quantile_disc(n_tool_calls, 0.9) FILTER (WHERE NOT partial_step) AS tool_calls_p90,
+       max(n_tool_calls) FILTER (WHERE NOT partial_step) AS tool_calls_max,
+       {ratio("sum(cached_tokens) FILTER (WHERE NOT partial_step)", "sum(prompt_tokens) FILTER (WHERE NOT partial_step)")}
+           AS prefix_cache_share,
+       (SELECT quantile_disc(engine_latency_s, 0.5) FROM {_full_turns} u WHERE u.run_id = tr.run_id) AS turn_latency_p50_s,
+       (SELECT quantile_disc(engine_latency_s, 0.99) FROM {_full_turns} u WHERE u.run_id = tr.run_id) AS turn_latency_p99_s
 FROM trajectories tr GROUP BY run_id
 """,
-    "Per run: trajectories, turns per trajectory (mean, p50, p90, max), tool calls per trajectory (mean, p90, "
+    "Per run, over the trajectories of full steps: trajectories, partial_trajectories (of partial steps: counted, "
+    "left out of the rest), turns per trajectory (mean, p50, p90, max), tool calls per trajectory (mean, p90, "
     "max), prefix_cache_share = cached / prompt tokens over all turns, engine latency per turn (p50, p99, s).",
 )
 
@@ -62,15 +76,15 @@ MULTITURN_PMF = View(
     "multiturn_pmf",
     """
 WITH v AS (
-    SELECT run_id, 'turns' AS variable, n_turns AS value FROM trajectories WHERE n_turns IS NOT NULL
+    SELECT run_id, 'turns' AS variable, n_turns AS value FROM trajectories WHERE n_turns IS NOT NULL AND NOT partial_step
     UNION ALL
-    SELECT run_id, 'tool_calls', n_tool_calls FROM trajectories WHERE n_tool_calls IS NOT NULL
+    SELECT run_id, 'tool_calls', n_tool_calls FROM trajectories WHERE n_tool_calls IS NOT NULL AND NOT partial_step
 )
 SELECT run_id, variable, value, count(*) AS n,
        count(*) / sum(count(*)) OVER (PARTITION BY run_id, variable) AS share
 FROM v GROUP BY run_id, variable, value
 """,
-    "pmf per run of turns per trajectory and tool calls per trajectory (variable 'turns'|'tool_calls'): "
+    "pmf per run (full steps) of turns per trajectory and tool calls per trajectory (variable 'turns'|'tool_calls'): "
     "value, n, share.",
 )
 
@@ -83,9 +97,9 @@ SELECT run_id, turn, count(*) AS n, avg(prompt_tokens) AS prompt_tokens_mean,
        quantile_disc(engine_latency_s, 0.5) AS engine_latency_p50_s,
        quantile_disc(engine_latency_s, 0.9) AS engine_latency_p90_s,
        quantile_disc(engine_latency_s, 0.99) AS engine_latency_p99_s
-FROM {_turns} GROUP BY run_id, turn
+FROM {_full_turns} GROUP BY run_id, turn
 """,
-    "Per run x turn index: n, mean prompt tokens, prefix_cache_share, mean completion tokens, "
+    "Per run x turn index (full steps): n, mean prompt tokens, prefix_cache_share, mean completion tokens, "
     "engine latency mean/p50/p90/p99 (s).",
 )
 

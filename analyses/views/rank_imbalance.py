@@ -27,7 +27,9 @@ WITH train_samples AS (
     FROM train_samples WHERE dp_rank IS NOT NULL AND response_tokens IS NOT NULL GROUP BY ALL
     UNION ALL
     -- time (and tokens, when recorded) per rank and phase
-    SELECT run_id, step, phase, 'seconds', 'rank_times', 'rank', rank, seconds
+    -- a normalised trace (PAI: 0..1000 per job) is not in seconds: its ratios hold, its unit does not
+    SELECT run_id, step, phase, CASE WHEN source LIKE '%:normalised%' THEN 'time_normalised' ELSE 'seconds' END,
+           'rank_times', 'rank', rank, seconds
     FROM rank_times WHERE seconds IS NOT NULL
     UNION ALL
     SELECT run_id, step, phase, 'tokens', 'rank_times', 'rank', rank, CAST(tokens AS DOUBLE)
@@ -39,8 +41,11 @@ WITH train_samples AS (
     FROM train_samples WHERE response_tokens IS NOT NULL
 ), agg AS (
     SELECT run_id, step, phase, quantity, source, unit, count(*) AS n_units,
-           max(v) AS max, avg(v) AS mean, min(v) AS min
-    FROM per_unit GROUP BY run_id, step, phase, quantity, source, unit
+           max(v) AS max, avg(v) AS mean, min(v) AS min,
+           -- the busiest unit (lowest id on a tie); a rollout batch's slots have no id
+           CASE WHEN count(*) FILTER (WHERE v = max_v) >= 1 THEN min(unit_id) FILTER (WHERE v = max_v) END AS busiest_unit_id
+    FROM (SELECT *, max(v) OVER (PARTITION BY run_id, step, phase, quantity, source, unit) AS max_v FROM per_unit)
+    GROUP BY run_id, step, phase, quantity, source, unit
 ), seqlen AS (
     -- verl's global_seqlen/* : tokens per DP rank of the training batch, before and after balancing
     SELECT run_id, step,
@@ -54,20 +59,22 @@ WITH train_samples AS (
 ), all_rows AS (
     SELECT * FROM agg
     UNION ALL
-    SELECT run_id, step, 'train_batch', 'sequence_tokens', 'step_metrics', 'dp_rank', NULL, mx, me, mn
+    SELECT run_id, step, 'train_batch', 'sequence_tokens', 'step_metrics', 'dp_rank', NULL, mx, me, mn, NULL
     FROM seqlen WHERE mx IS NOT NULL
     UNION ALL
-    SELECT run_id, step, 'train_batch_balanced', 'sequence_tokens', 'step_metrics', 'dp_rank', NULL, bmx, me, bmn
+    SELECT run_id, step, 'train_batch_balanced', 'sequence_tokens', 'step_metrics', 'dp_rank', NULL, bmx, me, bmn, NULL
     FROM seqlen WHERE bmx IS NOT NULL
 )
-SELECT run_id, step, phase, quantity, source, unit, n_units, max, mean, min,
+SELECT run_id, step, phase, quantity, source, unit, n_units, busiest_unit_id, max, mean, min,
        {ratio("max", "mean")} AS max_over_mean, {ratio("max", "min")} AS max_over_min,
        max - min AS max_minus_min, 1 - {ratio("mean", "max")} AS idle_share
 FROM all_rows
 """,
-    "Per run x step x phase x quantity: n_units, max, mean, min, max_over_mean, max_over_min, max_minus_min, "
-    "idle_share = 1 - mean/max. Sources: samples summed per dp_rank (phase 'rollout', response_tokens and "
-    "sequence_tokens = prompt + response); rank_times per rank (its phases; seconds and tokens); verl's "
+    "Per run x step x phase x quantity: n_units, busiest_unit_id (the rank / dp_rank holding the max, the lowest on "
+    "a tie; NULL for a rollout batch and for global_seqlen, which names no rank), max, mean, min, max_over_mean, "
+    "max_over_min, max_minus_min, idle_share = 1 - mean/max. Sources: samples summed per dp_rank (phase 'rollout', response_tokens and "
+    "sequence_tokens = prompt + response); rank_times per rank (its phases; seconds, or time_normalised when the source "
+    "normalised its times (PAI's 0..1000), and tokens); verl's "
     "global_seqlen/{max,min,mean} (phase 'train_batch') and balanced_{max,min} ('train_batch_balanced'); "
     "and phase 'rollout_batch', unit 'sample': every response of the step (longest/mean response; idle_share "
     "= idle share of decode slots).",
@@ -88,7 +95,11 @@ GROUP = ViewGroup(
     headline_sql="""
         SELECT run_id, phase, quantity, count(*) AS steps, round(median(max_over_mean), 3) AS median_max_over_mean,
                round(min(max_over_mean), 3) AS min_max_over_mean, round(max(max_over_mean), 3) AS max_max_over_mean,
-               round(max(max_over_min), 3) AS max_max_over_min, round(avg(idle_share), 3) AS mean_idle_share
-        FROM rank_imbalance GROUP BY ALL ORDER BY run_id, phase, quantity""",
+               round(max(max_over_min), 3) AS max_max_over_min, round(avg(idle_share), 3) AS mean_idle_share,
+               arg_max(step, max_over_mean) AS worst_step, arg_max(busiest_unit_id, max_over_mean) AS worst_step_busiest,
+               mode(busiest_unit_id) AS most_often_busiest,
+               count(*) FILTER (WHERE busiest_unit_id = mode_unit) AS most_often_busiest_steps
+        FROM (SELECT *, mode(busiest_unit_id) OVER (PARTITION BY run_id, phase, quantity) AS mode_unit FROM rank_imbalance)
+        GROUP BY run_id, phase, quantity ORDER BY run_id, phase, quantity""",
     figures=_figures,
 )

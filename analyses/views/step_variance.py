@@ -1,7 +1,11 @@
 """Per-step throughput and time variance, from ``steps``.
 
 Outliers use Tukey's fences on quantile_cont (linear interpolation): a step is an outlier of a
-metric when its value is below Q1 - 1.5 IQR or above Q3 + 1.5 IQR of that run's steps.
+metric when its value is below Q1 - 1.5 IQR or above Q3 + 1.5 IQR of the steps of its *regime*.
+A run's regimes are cut at its health alerts that change the step workload (``health_alerts``
+with ``regime_change``: a response-length collapse, responses hitting the cap, a throughput
+drop; at the alert's first step and the step after its last): a run whose responses collapsed at step 12 runs a different workload
+from there on, and fences over both would flag every healthy step as an outlier of the collapse.
 """
 
 from __future__ import annotations
@@ -22,16 +26,22 @@ STEP_SERIES = View(
     "step_series",
     f"""
 WITH long AS ({_long}),
-fences AS (
-    SELECT run_id, metric, quantile_cont(value, 0.25) AS q1, quantile_cont(value, 0.75) AS q3
-    FROM long GROUP BY run_id, metric
+bounds AS (
+    SELECT run_id, first_step AS b FROM health_alerts WHERE regime_change
+    UNION SELECT run_id, last_step + 1 FROM health_alerts WHERE regime_change
+), tagged AS (
+    SELECT l.*, (SELECT count(*) FROM bounds x WHERE x.run_id = l.run_id AND x.b <= l.step) AS regime FROM long l
+), fences AS (
+    SELECT run_id, metric, regime, quantile_cont(value, 0.25) AS q1, quantile_cont(value, 0.75) AS q3
+    FROM tagged GROUP BY run_id, metric, regime
 )
-SELECT l.run_id, l.step, l.metric, l.value,
+SELECT l.run_id, l.step, l.metric, l.value, l.regime,
        l.value < f.q1 - {TUKEY_K} * (f.q3 - f.q1) OR l.value > f.q3 + {TUKEY_K} * (f.q3 - f.q1) AS is_outlier
-FROM long l JOIN fences f USING (run_id, metric)
+FROM tagged l JOIN fences f USING (run_id, metric, regime)
 """,
-    "Per run x step x metric (throughput_tokens_per_s, step_time_s, gen_time_s): value, is_outlier "
-    f"(Tukey fences: outside [Q1 - {TUKEY_K} IQR, Q3 + {TUKEY_K} IQR] of the run's steps, quantile_cont).",
+    "Per run x step x metric (throughput_tokens_per_s, step_time_s, gen_time_s): value, regime (0, 1, ...: the "
+    "run's steps cut at each workload-changing health alert's first step and the step after its last), is_outlier "
+    f"(Tukey fences: outside [Q1 - {TUKEY_K} IQR, Q3 + {TUKEY_K} IQR] of the steps of the same regime, quantile_cont).",
 )
 
 STEP_VARIANCE = View(
@@ -41,13 +51,13 @@ SELECT run_id, metric, count(*) AS n_steps, avg(value) AS mean, stddev_samp(valu
        {ratio("stddev_samp(value)", "avg(value)")} AS cv, min(value) AS min,
        quantile_cont(value, 0.5) AS median, max(value) AS max,
        {ratio("max(value)", "min(value)")} AS max_over_min,
-       count(*) FILTER (WHERE is_outlier) AS n_outliers,
+       count(DISTINCT regime) AS n_regimes, count(*) FILTER (WHERE is_outlier) AS n_outliers,
        list(step ORDER BY step) FILTER (WHERE is_outlier) AS outlier_steps
 FROM step_series GROUP BY run_id, metric
 """,
     "Per run x metric (throughput_tokens_per_s, step_time_s, gen_time_s): n_steps, mean, std (sample), "
-    "cv = std/mean, min, median (quantile_cont), max, max_over_min, n_outliers and outlier_steps (Tukey fences, "
-    "see step_series).",
+    "cv = std/mean, min, median (quantile_cont), max, max_over_min, n_regimes, n_outliers and outlier_steps (Tukey "
+    "fences per regime, see step_series).",
 )
 
 

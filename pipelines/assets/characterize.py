@@ -106,8 +106,12 @@ def characterization_report(context: AssetExecutionContext, warehouse: Warehouse
     res = warehouse.polytrace.report(png=False)
     empty = [s.title for s in res.sections if s.empty]
     context.log.info(f"report {res.path}: {len(res.sections)} sections, {res.n_figures} figures")
+    alerts = warehouse.polytrace.view("health_alerts").select("run_id", "kind", "first_step", "last_step", "detail")
     return MaterializeResult(
         metadata={
+            # what a reader looks for first: did any run's training go wrong (health_alerts)
+            "health_alerts": MetadataValue.md(markdown_table(alerts, n=HEADLINE_ROWS, max_chars=160)
+                                              if alerts.height else "_No health alert in any run._"),
             "path": MetadataValue.path(str(res.path)),
             "url": MetadataValue.url(res.path.resolve().as_uri()),
             "sections": MetadataValue.int(len(res.sections)),

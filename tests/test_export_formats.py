@@ -328,3 +328,26 @@ def test_multiturn_records_carry_upstreams_replay_fields(multi, tmp_path: Path) 
         rle = r["response_loss_mask_rle"]
         assert sum(n for _, n in rle) == r["final_response_len"]
         assert all(v1 != v2 for (v1, _), (v2, _) in zip(rle, rle[1:], strict=False))  # adjacent runs merged
+
+
+def test_dapo_filter_fit_and_file_by_hand(single, tmp_path: Path) -> None:
+    from analyses.export.formats.polytrace_v2 import filter_records
+    from analyses.fit.dynamic_filter import fit_filter
+
+    batches = pl.DataFrame({"trainer_step": [1, 1, 2], "gen_batch": [1, 2, 1], "prompts_generated": [96, 96, 96],
+                            "prompts_kept": [27, 33, 30], "train_batch_size": [32, 32, 32]})
+    f = fit_filter(batches)
+    assert f == {"kind": "dynamic_sampling", "prompts_per_gen_batch": 96, "keep_rate": 90 / 288, "train_batch_size": 32,
+                 "gen_batches": 3, "trainer_steps": 2}
+    assert fit_filter(None) is None and fit_filter(batches.clear()) is None
+    # every prompt kept, 8 per step, batches of 12: step 0 fills 8, step 1 uses 4 of its 8 (trainer step 1 done)
+    w = {"batch": {"prompts_per_step": 8, "samples_per_prompt": 4}, "filter": {**f, "keep_rate": 1.0, "train_batch_size": 12}}
+    recs = filter_records(w, [0, 1, 2], seed=0, key="k")
+    assert [(r["trainer_step"], r["gen_batch_index"], r["num_prompt_in_batch_before"], r["kept_prompt_count"],
+             r["used_prompt_count"]) for r in recs] == [(1, 1, 0, 8, 8), (1, 2, 8, 8, 4), (2, 1, 0, 8, 8)]
+    assert recs[1]["used_prompt_indices"] == [0, 1, 2, 3]
+    # through the export: the file upstream's DAPO config names, one record per step file
+    spec = {**single, "workloads": {k: {**v, "filter": f} for k, v in single["workloads"].items()}}
+    files = export(spec, "polytrace-v2", tmp_path, seed=2, steps=3)
+    lines = (tmp_path / "dapo_filter_indices.jsonl").read_text().splitlines()
+    assert tmp_path / "dapo_filter_indices.jsonl" in files and [json.loads(x)["workload_step"] for x in lines] == [0, 1, 2]

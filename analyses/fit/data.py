@@ -19,6 +19,7 @@ class RunFrames:
     tool_calls: pl.DataFrame | None = None
     rank_times: pl.DataFrame | None = None
     steps: pl.DataFrame | None = None
+    filter_batches: pl.DataFrame | None = None  # generation batches of a filtering (DAPO) run
     task: str | None = None
     max_response_length: float | None = None
     info: dict = field(default_factory=dict)
@@ -51,6 +52,7 @@ def load_run(root: Path, run_id: str) -> RunFrames:
         tool_calls=_opt(scan_table(root, "tool_calls", [run_id]).collect()),
         rank_times=_opt(scan_table(root, "rank_times", [run_id]).collect()),
         steps=_opt(scan_table(root, "steps", [run_id]).collect()),
+        filter_batches=_opt(scan_table(root, "filter_batches", [run_id]).collect()),
         task=task,
         max_response_length=float(mrl) if mrl is not None else None,
     )

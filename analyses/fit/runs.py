@@ -10,6 +10,7 @@ import polars as pl
 from analyses.export.spec import build_spec, workload_key
 from analyses.fit.cache import cached
 from analyses.fit.data import load_run, runs_with_samples
+from analyses.fit.dynamic_filter import fit_filter
 from analyses.fit.fidelity import Progress
 from analyses.fit.select import fit_workload_selected
 
@@ -44,8 +45,12 @@ def fit_run(root: Path, run_id: str, seed: int = 0) -> dict[str, dict]:
     for t in tasks if several else [None]:
         s = f.samples if t is None else f.samples.filter(pl.col("task") == t)
         task = t or f.task or (tasks[0] if tasks else None)
-        out[workload_key(run_id, task, several)] = fit_workload_selected(
+        wl = fit_workload_selected(
             s, turns=f.turns, tool_calls=f.tool_calls, rank_times=f.rank_times, run_id=run_id, task=task,
             max_response_length=f.max_response_length, seed=seed,
         )
+        filt = fit_filter(f.filter_batches)
+        if filt is not None:
+            wl["filter"] = filt
+        out[workload_key(run_id, task, several)] = wl
     return out

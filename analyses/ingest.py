@@ -272,7 +272,10 @@ def _ingest_file(
         raise
     except BaseException as exc:
         _discard(staging, prefix)
+        # nothing of the file lands (its staged rows and rejects are discarded): its counts say so;
+        # `lines` keeps how far it was read
         fr.status, fr.error, fr.rows_out = "error", _describe(exc), 0
+        fr.rows_ok = fr.rows_rejected = fr.rows_skipped = 0
         return _done(fr, t0, emit)
     fr.status = "partial" if fr.rows_rejected else "ok"
     if fr.rows_rejected:  # a partial file says why in source_files too, not only in rejects

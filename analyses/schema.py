@@ -104,7 +104,8 @@ SOURCE_FILES = Table(
         "rows_out": "rows this file contributed to warehouse tables (one line may give many rows)",
         "error": "why the file is error, unsupported, empty or skipped; for partial, how many lines were rejected "
         "and the first reason (all of them are in rejects); NULL for ok",
-        "lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error",
+        "lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error; for error, the "
+        "lines read before it (and rows_* 0: nothing of the file lands)",
         "status": "ok, partial (some lines rejected), error (the file could not be read; `error` says why), "
         "unsupported (no reader recognizes it), empty, or skipped (not read: a symlink out of the run "
         "directory, a directory symlink, a dangling link; `error` says which)",

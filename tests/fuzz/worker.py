@@ -61,7 +61,10 @@ def _checks(fr: FileReport, path: Path) -> list[str]:
     counts = (fr.lines, fr.rows_ok, fr.rows_rejected, fr.rows_skipped)
     if min(counts) < 0:
         out.append(f"negative count {counts}")
-    if fr.rows_ok + fr.rows_rejected + fr.rows_skipped != fr.lines:
+    if fr.status == "error":  # the contract: nothing of an error file lands, so it counts no rows
+        if fr.rows_ok or fr.rows_rejected or fr.rows_skipped:
+            out.append(f"error file with row counts: ok {fr.rows_ok}, rejected {fr.rows_rejected}, skipped {fr.rows_skipped}")
+    elif fr.rows_ok + fr.rows_rejected + fr.rows_skipped != fr.lines:
         out.append(f"accounting: ok {fr.rows_ok} + rejected {fr.rows_rejected} + skipped {fr.rows_skipped} != lines {fr.lines}")
     if fr.status not in STATUSES:
         out.append(f"unknown status {fr.status!r}")

@@ -1,7 +1,8 @@
-"""Aligning telemetry to training steps: a time window per step, and GPU utilization inside it.
+"""Aligning telemetry to training steps: a time window per step.
 
 Pure functions over frames; the ingest calls :func:`derive_step_windows` once per run (after
-``steps``), views and notebooks call :func:`step_gpu_utilization`.
+``steps``). GPU utilization inside the windows is the view ``gpu_step_utilization``
+(:mod:`analyses.views.gpu_utilization`), the one implementation the report, notebooks and SQL share.
 
 How a step gets its window (``step_windows.method``), first rule that applies:
 
@@ -36,13 +37,11 @@ from __future__ import annotations
 import polars as pl
 
 from analyses.manifest import RunManifest
-from analyses.run_facts import IDLE_UTIL_PCT, UTIL_METRIC
 from analyses.schema import STEP_WINDOWS, conform
 
 METHOD_LOG_TS = "log_ts_minus_step_time"
 METHOD_LOG_PREV = "log_ts_previous_step"
 METHOD_CUMSUM = "started_at_plus_cumulative_step_time"
-IDLE_THRESHOLD_PCT = IDLE_UTIL_PCT  # one idle threshold for alignment, the views and run facts
 
 
 # a stage or step time outside [0, MAX_SECONDS] (NaN, inf, negative, 1e300: a corrupt or misread
@@ -115,90 +114,3 @@ def derive_step_windows(steps: pl.DataFrame, manifest: RunManifest | None) -> pl
         )
     )
     return conform(w, STEP_WINDOWS)
-
-
-def step_gpu_utilization(
-    gpu_samples: pl.LazyFrame,
-    step_windows: pl.LazyFrame,
-    idle_threshold_pct: float = IDLE_THRESHOLD_PCT,
-    metric: str = UTIL_METRIC,
-    moment: str = "1s",
-) -> pl.DataFrame:
-    """Per run x step (one row per window, also when no sample falls in it):
-
-    * ``n_samples``, ``n_gpus``: utilization samples inside ``[start_ts, end_ts)`` and the
-      distinct (host, gpu) that wrote them;
-    * ``mean_util_pct``: mean ``metric`` over those samples (all GPUs pooled);
-    * ``idle_share``: share of them below ``idle_threshold_pct`` - with each GPU sampled at a
-      regular interval, this is the share of GPU-time idle;
-    * ``rollout_*``: the same inside ``[start_ts, rollout_end_ts)`` (null without a rollout end);
-    * ``spread_max_over_mean``: at each moment (samples bucketed by ``ts`` truncated to
-      ``moment``, each GPU's samples in the bucket averaged), max / mean utilization across the
-      GPUs, averaged over the step's moments that saw >= 2 GPUs and a mean above 0;
-      ``spread_moments`` counts those moments, ``spread_max_over_mean_max`` is the worst one.
-
-    A sample belongs to the latest window starting at or before it (so overlapping windows
-    never count a sample twice). Samples with a null ``ts`` cannot be placed and are ignored.
-    """
-    gs = (
-        gpu_samples
-        if "run_id" in gpu_samples.collect_schema().names()
-        else gpu_samples.with_columns(run_id=pl.lit(""))
-    )
-    u = (
-        gs.filter((pl.col("metric") == metric) & pl.col("value").is_not_null() & pl.col("ts").is_not_null())
-        .select("run_id", pl.col("host").fill_null(""), pl.col("gpu").fill_null(""), "ts", "value")
-        .sort("ts")
-    )
-    w = (
-        step_windows.filter(pl.col("start_ts").is_not_null() & pl.col("end_ts").is_not_null())
-        .select("run_id", "step", "start_ts", "end_ts", "rollout_end_ts", "method")
-        .sort("start_ts")
-    )
-    j = (
-        u.join_asof(
-            w, left_on="ts", right_on="start_ts", by="run_id", strategy="backward", check_sortedness=False
-        )
-        .filter(pl.col("step").is_not_null() & (pl.col("ts") < pl.col("end_ts")))
-        .with_columns(
-            _idle=(pl.col("value") < idle_threshold_pct).cast(pl.Float64),
-            _roll=(pl.col("rollout_end_ts").is_not_null() & (pl.col("ts") < pl.col("rollout_end_ts"))),
-        )
-    )
-    per_step = j.group_by("run_id", "step").agg(
-        n_samples=pl.len(),
-        n_gpus=pl.struct("host", "gpu").n_unique(),
-        mean_util_pct=pl.col("value").mean(),
-        idle_share=pl.col("_idle").mean(),
-        rollout_n_samples=pl.col("_roll").sum(),
-        rollout_mean_util_pct=pl.col("value").filter("_roll").mean(),
-        rollout_idle_share=pl.col("_idle").filter("_roll").mean(),
-    )
-    moments = (
-        j.with_columns(_m=pl.col("ts").dt.truncate(moment))
-        .group_by("run_id", "step", "_m", "host", "gpu")
-        .agg(pl.col("value").mean())
-        .group_by("run_id", "step", "_m")
-        .agg(_n=pl.len(), _max=pl.col("value").max(), _mean=pl.col("value").mean())
-        .filter((pl.col("_n") >= 2) & (pl.col("_mean") > 0))
-        .with_columns(_r=pl.col("_max") / pl.col("_mean"))
-        .group_by("run_id", "step")
-        .agg(
-            spread_max_over_mean=pl.col("_r").mean(),
-            spread_max_over_mean_max=pl.col("_r").max(),
-            spread_moments=pl.len(),
-        )
-    )
-    out = (
-        w.select("run_id", "step", "method", "start_ts", "end_ts", "rollout_end_ts")
-        .join(per_step, on=["run_id", "step"], how="left")
-        .join(moments, on=["run_id", "step"], how="left")
-        .with_columns(
-            pl.col("n_samples").fill_null(0).cast(pl.Int64),
-            pl.col("n_gpus").fill_null(0).cast(pl.Int64),
-            pl.col("rollout_n_samples").fill_null(0).cast(pl.Int64),
-            pl.col("spread_moments").fill_null(0).cast(pl.Int64),
-        )
-        .sort("run_id", "step")
-    )
-    return out.collect()

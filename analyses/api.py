@@ -25,12 +25,14 @@ from analyses import catalog
 from analyses.export.registry import export as export_spec
 from analyses.export.registry import format_names
 from analyses.export.spec import build_spec, read_spec, write_spec
-from analyses.fit.data import load_run, runs_with_samples, runs_with_steps
+from analyses.fit.cache import cached, is_fresh
+from analyses.fit.data import has_samples, has_step_times, load_run, runs_with_samples, runs_with_steps
 from analyses.fit.fidelity import DEFAULT_SEEDS, Progress, fidelity, step_time_only
 from analyses.fit.fidelity_table import criterion
 from analyses.fit.runs import fit_runs
 from analyses.ingest import ProgressFn, RunReport, ingest_run
 from analyses.report import ReportResult, Section, build_report, group_section
+from analyses.run_split import PlannedRun, plan_runs
 from analyses.sandbox import run_queries
 from analyses.views import all_views, group, headline_frame, view_frame
 from analyses.warehouse import DEFAULT_LOCK_WAIT_S, default_root, run_ids
@@ -43,10 +45,9 @@ SELECT r.run_id, r.task, r.model, r.n_gpus, r.n_gpus_source, r.max_response_leng
        (SELECT count(*) FROM source_files f WHERE f.run_id = r.run_id AND f.status NOT IN ('ok', 'partial')) AS file_errors,
        (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps,
        (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples,
-       (SELECT count(*) FROM gpu_samples s WHERE s.run_id = r.run_id) AS gpu_samples,
+       (SELECT count(*) FROM tool_calls s WHERE s.run_id = r.run_id) AS tool_calls,
        (SELECT count(*) FROM rank_times s WHERE s.run_id = r.run_id) AS rank_times,
-       (SELECT count(DISTINCT rank) FROM rank_times s WHERE s.run_id = r.run_id) AS ranks,
-       (SELECT count(DISTINCT step) FROM rank_times s WHERE s.run_id = r.run_id) AS rank_steps,
+       (SELECT count(*) FROM gpu_samples s WHERE s.run_id = r.run_id) AS gpu_samples,
        (SELECT count(*) FROM rejects s WHERE s.run_id = r.run_id) AS rejects
 FROM runs r ORDER BY r.run_id
 """
@@ -91,6 +92,20 @@ class FitSummary:
     fidelity: list[dict[str, Any]] = field(default_factory=list)
     step_models: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    computed: list[str] = field(default_factory=list)  # runs fitted or scored now (the others came from the cache)
+
+
+@dataclass
+class RunFit:
+    """What :meth:`PolyTrace.fit_run` did for one run."""
+
+    run_id: str
+    spec: dict[str, Any] | None = None
+    spec_path: Path | None = None
+    fidelity: dict[str, Any] | None = None
+    step_model: dict[str, Any] | None = None
+    skipped: str | None = None
+    computed: bool = False  # fitted or scored now (False: everything came from the cache)
 
 
 @dataclass
@@ -150,10 +165,24 @@ class PolyTrace:
             self.refresh_catalog()
         return report
 
+    def plan_runs(self, path: Path, run_id: str | None = None) -> list[PlannedRun]:
+        """The runs ``path`` holds: one, or one per separate log (see :mod:`analyses.run_split`)."""
+        return plan_runs(path, run_id)
+
+    def ingest_planned(self, plan: PlannedRun, progress: ProgressFn | None = None, refresh: bool = True,
+                       lock_wait_s: float = DEFAULT_LOCK_WAIT_S) -> RunReport:
+        """Ingest one run of :meth:`plan_runs` (a whole directory or file, or its files of that run)."""
+        report = ingest_run(plan.path, self.root, run_id=plan.run_id, progress=progress, lock_wait_s=lock_wait_s,
+                            only=plan.only, report_skipped=plan.report_skipped, skip_under=plan.skip_under)
+        if refresh:
+            self.refresh_catalog()
+        return report
+
     # ------------------------------------------------------------------ views
 
     def runs(self) -> pl.DataFrame:
-        """One row per run with its counts of files, steps, samples, telemetry and rejects."""
+        """One row per run with its counts of files, steps, samples, tool calls, rank times, telemetry and
+        rejects (a run of per-worker timings alone is not a row of zeros)."""
         return self.connect().sql(RUNS_SQL).pl()
 
     def query(self, sql: str) -> list[tuple[str, pl.DataFrame]]:
@@ -183,12 +212,13 @@ class PolyTrace:
     # ------------------------------------------------------------------ report
 
     def report(self, out: Path | None = None, runs: Iterable[str] | None = None, png: bool = True,
-               png_dir: Path | None = None, all_pngs: bool = False) -> ReportResult:
-        """The self-contained HTML report (default ``<warehouse>/reports/polytrace_report.html``)."""
+               png_dir: Path | None = None, all_pngs: bool = False, progress: Progress | None = None) -> ReportResult:
+        """The self-contained HTML report (default ``<warehouse>/reports/polytrace_report.html``);
+        ``progress`` hears a step per section and one for the PNGs."""
         con = self.connect()
         try:
             return build_report(con, out if out is not None else self.layout.reports / REPORT_NAME, runs=runs, png=png,
-                                png_dir=png_dir, all_pngs=all_pngs, source=str(self.root.resolve()))
+                                png_dir=png_dir, all_pngs=all_pngs, source=str(self.root.resolve()), progress=progress)
         finally:
             con.close()
 
@@ -201,57 +231,97 @@ class PolyTrace:
         return runs_with_steps(self.root)
 
     def fit(self, runs: Sequence[str] | None = None, seed: int = 0, out: Path | None = None,
-            progress: Progress | None = None) -> dict[str, Any]:
+            progress: Progress | None = None, cache: bool = True) -> dict[str, Any]:
         """Fit ``runs`` (default: every run with per-sample lengths) into one spec; write it to ``out``.
-        ``progress`` receives ``run_start`` / ``run_done`` events (see :mod:`analyses.cli.work_progress`)."""
-        spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress)
+        ``progress`` receives ``run_start`` / ``run_done`` events (see :mod:`analyses.cli.work_progress`).
+        An unchanged run's fit comes from :mod:`analyses.fit.cache` unless ``cache`` is False."""
+        spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress, cache=cache)
         if out is not None:
             write_spec(spec, out)
         return spec
 
-    def fidelity(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None) -> dict[str, Any] | None:
+    def fidelity(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
+                 cache: bool = True) -> dict[str, Any] | None:
         """Our generator and PolyTrace's histogram resampler scored by rolling origin over one
         run (:mod:`analyses.fit.fidelity`); the step-time model alone for a run with a step log but
-        no per-sample lengths; None when neither applies."""
-        frames = load_run(self.root, run_id)
-        if run_id in self.runs_with_samples():
-            return fidelity(frames, seeds=seeds, progress=progress)
-        return step_time_only(frames)
+        no per-sample lengths; None when neither applies. An unchanged run's scores come from
+        :mod:`analyses.fit.cache` unless ``cache`` is False."""
+        if not has_samples(self.root, run_id):
+            return step_time_only(load_run(self.root, run_id))
+
+        def score() -> dict[str, Any]:
+            return fidelity(load_run(self.root, run_id), seeds=seeds, progress=progress)
+
+        if not cache:
+            return score()
+        res, hit = cached(self.root, run_id, "fidelity", score, seeds=list(seeds))
+        if hit and progress:
+            progress("run_start", {"run_id": run_id, "origins": 0})
+            progress("run_done", {"run_id": run_id})
+        return res
 
     @staticmethod
     def fidelity_criterion(results: list[dict[str, Any]]) -> dict[str, Any]:
         """Mean / minimum CRPS skill, pooled coverage, worst KS margin and the targets met."""
         return criterion(results)
 
-    def fit_warehouse(self, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None) -> FitSummary:
+    def fit_run(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
+                cache: bool = True) -> RunFit:
+        """One run's spec (``fits/<run>.spec.json``) and fidelity, or its step-time model when it
+        has only a step log; from :mod:`analyses.fit.cache` when the run is unchanged since its
+        last fit (unless ``cache`` is False). Too little data is said in ``skipped``, not raised."""
+        out = RunFit(run_id)
+        if not has_samples(self.root, run_id):
+            if has_step_times(self.root, run_id):
+                out.step_model = step_time_only(load_run(self.root, run_id))
+            if out.step_model is None:
+                out.skipped = "neither per-sample lengths nor step times"
+            return out
+        out.computed = not (cache and is_fresh(self.root, run_id, "workloads", seed=0)
+                            and is_fresh(self.root, run_id, "fidelity", seeds=list(seeds)))
+        try:
+            out.spec = fit_runs(self.root, [run_id], cache=cache)
+        except ValueError as exc:
+            out.skipped = str(exc)
+            if has_step_times(self.root, run_id):  # too few samples to fit: the step log may still say something
+                out.step_model = step_time_only(load_run(self.root, run_id))
+            return out
+        self.layout.fits.mkdir(parents=True, exist_ok=True)
+        out.spec_path = write_spec(out.spec, self.layout.spec_path(run_id))
+        try:
+            out.fidelity = self.fidelity(run_id, seeds=seeds, progress=progress, cache=cache)
+        except ValueError as exc:
+            out.skipped = f"fidelity: {exc}"
+        return out
+
+    def fit_warehouse(self, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
+                      cache: bool = True) -> FitSummary:
         """Specs and fidelity for every run: ``fits/<run>.spec.json``, ``fits/all_runs.spec.json``
-        and ``fits/fidelity.json``. A run too small to fit is reported, not fatal for the others."""
+        and ``fits/fidelity.json``. A run too small to fit is reported, not fatal for the others.
+        A run unchanged since its last fit is not fitted or scored again unless ``cache`` is False,
+        so this costs one run's fit per new or changed run (:meth:`fit_run` per run)."""
         out = FitSummary()
         self.layout.fits.mkdir(parents=True, exist_ok=True)
         specs: dict[str, dict[str, Any]] = {}
-        for r in self.runs_with_samples():
-            try:
-                specs[r] = fit_runs(self.root, [r])
-                out.specs[r] = write_spec(specs[r], self.layout.spec_path(r))
+        for r in sorted(set(self.runs_with_samples()) | set(self.runs_with_steps())):
+            f = self.fit_run(r, seeds=seeds, progress=progress, cache=cache)
+            if f.computed:
+                out.computed.append(r)
+            if f.spec is not None and f.spec_path is not None:
+                specs[r] = f.spec
+                out.specs[r] = f.spec_path
                 out.runs.append(r)
-            except ValueError as exc:
-                out.skipped[r] = str(exc)
+            if f.fidelity is not None:
+                out.fidelity.append(f.fidelity)
+            if f.step_model is not None:
+                out.step_models.append(f.step_model)
+            if f.skipped:
+                out.skipped[r] = f.skipped
         if out.runs:
             # the all-runs spec is the per-run specs side by side: no second fit
             merged = build_spec({k: v for r in out.runs for k, v in specs[r]["workloads"].items()}, out.runs)
             out.specs["*"] = write_spec(merged, self.layout.spec_path())
-        for r in out.runs:
-            try:
-                out.fidelity.append(fidelity(load_run(self.root, r), seeds=seeds, progress=progress))
-            except ValueError as exc:
-                out.skipped[r] = f"fidelity: {exc}"
-        for r in self.runs_with_steps():
-            if r not in out.runs:
-                m = step_time_only(load_run(self.root, r))
-                if m:
-                    out.step_models.append(m)
-        slim = [{k: v for k, v in r.items() if k != "real_per_step"} for r in [*out.fidelity, *out.step_models]]
-        self.layout.fidelity_path.write_text(json.dumps(slim, indent=1) + "\n")
+        self.layout.fidelity_path.write_text(json.dumps([*out.fidelity, *out.step_models], indent=1) + "\n")
         return out
 
     def fidelity_results(self) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ class RunManifest:
     max_prompt_length: int | None = None
     started_at: datetime | None = None
     tokenizer: str | None = None  # path to a local tokenizer.json, relative to the run dir
-    split_runs: bool | None = None  # a directory of several runs: True splits it, False keeps one (analyses.run_split)
+    split: str | None = None  # how a directory of several logs becomes runs (analyses.run_split)
     tags: dict[str, Any] = field(default_factory=dict)
     base_dir: Path | None = None
 
@@ -101,8 +101,9 @@ def _as_int(name: str, v: Any) -> int | None:
 
 KNOWN_KEYS = {
     "run_id", "task", "framework", "model", "n_gpus", "max_response_length", "max_prompt_length",
-    "started_at", "tokenizer", "tags", "split_runs",
+    "started_at", "tokenizer", "split", "tags",
 }
+SPLIT_MODES = ("auto", "none", "each")
 
 
 def load_manifest(run_dir: Path) -> RunManifest:
@@ -153,16 +154,16 @@ def _from_toml(data: dict[str, Any], base: Path) -> RunManifest:
         max_prompt_length=_as_int("max_prompt_length", data.get("max_prompt_length")),
         started_at=_as_datetime(data.get("started_at")),
         tokenizer=tokenizer,
-        split_runs=_as_bool("split_runs", data.get("split_runs")),
+        split=_as_split(data.get("split")),
         tags=tags,
         base_dir=base,
     )
 
 
-def _as_bool(name: str, v: object) -> bool | None:
-    if v is None or isinstance(v, bool):
+def _as_split(v: Any) -> str | None:
+    if v is None or v in SPLIT_MODES:
         return v
-    raise ManifestError(f"{name}: expected true or false, got {v!r}")
+    raise ManifestError(f"split: expected one of {', '.join(SPLIT_MODES)}, got {v!r}")
 
 
 def run_id_from_name(name: str) -> str:

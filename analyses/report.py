@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import html
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import plotly.io as pio
@@ -23,6 +24,9 @@ from analyses import figures as F
 from analyses.figures import FigureSpec
 from analyses.markdown import format_value
 from analyses.views import View, ViewGroup, headline_frame, view_frame, view_groups
+
+# (event, data): the events analyses.cli.work_progress shows, as fit and fidelity send them
+WorkEvents = Callable[[str, dict[str, Any]], None]
 
 DEFAULT_NAME = "polytrace_report.html"
 
@@ -89,11 +93,25 @@ def selected_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None) ->
     return wanted
 
 
-def build_sections(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[Section]:
-    out = [group_section(con, g, runs) for g in view_groups()]
+def build_sections(con: duckdb.DuckDBPyConnection, runs: list[str], progress: WorkEvents | None = None) -> list[Section]:
+    """A section per view group (and a comparison when several runs are chosen); ``progress``
+    hears ``run_start``/``run_done`` per section (the events :mod:`analyses.cli.work_progress` shows)."""
+    emit = progress or (lambda _e, _d: None)
+    out = []
+    for g in view_groups():
+        emit("run_start", {"run_id": g.title, "origins": 0})
+        out.append(group_section(con, g, runs))
+        emit("run_done", {"run_id": g.title})
     if len(runs) > 1:
+        emit("run_start", {"run_id": "comparison", "origins": 0})
         out.append(comparison_section(con, runs))
+        emit("run_done", {"run_id": "comparison"})
     return out
+
+
+def report_steps(runs: list[str], png: bool) -> int:
+    """How many progress steps :func:`build_report` reports: sections, the comparison, the PNGs."""
+    return len(view_groups()) + (len(runs) > 1) + bool(png)
 
 
 # ---------------------------------------------------------------- PNG export (kaleido)
@@ -242,21 +260,27 @@ def build_report(
     png_dir: Path | None = None,
     all_pngs: bool = False,
     source: str = "",
+    progress: WorkEvents | None = None,
 ) -> ReportResult:
     """Write the HTML report for ``runs`` (default: all) of the catalog ``con`` to ``out``.
 
     PNGs of the key figures (every figure with ``all_pngs``) go to ``png_dir`` (default: a
     ``<out stem>_png`` directory beside the HTML) when ``png`` and a browser is available.
-    ``source`` names the warehouse in the report's header.
+    ``source`` names the warehouse in the report's header. ``progress`` hears ``start`` (the
+    steps, :func:`report_steps`) and ``run_start``/``run_done`` per section and for the PNGs.
     """
+    emit = progress or (lambda _e, _d: None)
     chosen = selected_runs(con, runs)
-    sections = build_sections(con, chosen)
+    emit("start", {"runs": report_steps(chosen, png)})
+    sections = build_sections(con, chosen, progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     pngs: dict[str, Path] = {}
     note: str | None = "PNG export not requested"
     if png:
         specs = [f for s in sections for f in s.figures if all_pngs or f.key_figure]
+        emit("run_start", {"run_id": f"{len(specs)} PNGs", "origins": 0})
         pngs, note = write_pngs(specs, png_dir if png_dir is not None else out.with_name(out.stem + "_png"))
+        emit("run_done", {"run_id": "PNGs"})
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(render_html(sections, chosen, source, note), encoding="utf-8")
     tmp.replace(out)

@@ -1,121 +1,152 @@
-"""One directory, several runs: when the files of a directory are separate runs, each becomes one.
+"""One directory, several runs: which runs a path given to ``polytrace ingest`` holds.
 
-``polytrace ingest DIR`` takes DIR as one run, except when DIR holds several runs side by side
-(:func:`plan_runs`), found in this order:
+A directory of logs is one run, unless it holds several separate logs: then merging them would
+mix unrelated steps (three verl console logs of different models in one run, their 4,260 Qwen
+rows "superseded" by gemma's). A directory is split into one run per **unit**:
 
-``wandb_run_folders``
-    two or more wandb run folders (``run-YYYYMMDD_HHMMSS-<id>``, ``offline-run-...``) directly in
-    DIR or one level down (``wandb/``): each folder is a run, its id the folder name;
-``workload_dirs``
-    two or more directories holding PolyTrace v2 step files (``packed_lengths_step_N.jsonl``,
-    ``multiturn_workload_step_N.jsonl``): each is a run, its id ``<DIR name>-<directory name>``;
-``console_logs``
-    two or more verl console logs whose step sequences each start over (first step 0 or 1): each
-    log is a run, its id the file name without extension. A log that starts later is a resume:
-    with one log from the start it is one resumed run (as before); with several, which run it
-    resumes is ambiguous, and DIR stays one run with a note.
+* a **wandb run folder** (``run-YYYYMMDD_HHMMSS-<id>``, ``offline-run-…``) anywhere below it;
+* a **PolyTrace v2 log directory** (holding ``*_step_N.jsonl`` or ``dapo_filter_indices.jsonl``)
+  anywhere below it;
+* a **group of verl console logs** directly in it: each log whose first ``step:N`` is 0 or 1
+  starts a run (the logs in name order); a log that starts later (a resumed run's second log)
+  joins the run before it, so a resumed run split over two logs stays one run.
 
-A split happens only when every input file of DIR belongs to one of the runs found (nothing is
-left out silently). ``run.toml`` in DIR forces either: ``split_runs = true`` or ``false``; a
-``run_id`` there means one run.
+Auto mode splits when there are at least two units. Files that belong to no unit (telemetry
+beside several logs, parameter files) become one more run named after the directory, so every
+file is still read and accounted for, and the ingest says so. ``run.toml`` in the directory
+forces the choice with ``split = "none"`` (one run, as before), ``"each"`` (every unit a run, even
+a single one) or ``"auto"``; a directory with a ``run.toml`` that does not say ``split`` is one run
+(its run.toml describes one run). Run ids come from the units' names (a log's stem, a folder's
+name), made to follow the run-id rule; a clash gets ``-2``, ``-3``, ...
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyses.ingest import discover_files
+from analyses.ingest import discover_files, resolve_run_id
 from analyses.manifest import MANIFEST_NAME, load_manifest, run_id_from_name
 from analyses.readers import detect
 from analyses.readers.base import read_head
-from analyses.readers.polytrace_v2 import MULTITURN_NAME, PACKED_NAME
 
-WANDB_RUN_DIR = re.compile(r"^(offline-)?run-\d{8}_\d{6}-[A-Za-z0-9]+$")
-WORKLOAD_STEP_FILES = (re.compile(PACKED_NAME), re.compile(MULTITURN_NAME))
-CONSOLE_FORMATS = ("verl_console",)
-# the first step line of a console log is looked for in its first bytes only
-FIRST_STEP_HEAD_BYTES = 16 * 1024 * 1024
-_FIRST_STEP = re.compile(r"(?:^|[\s)\]m])step:(\d+) - ", re.M)
-START_STEPS = (0, 1)  # a log whose first step is one of these starts a run; a later first step resumes one
+WANDB_RUN_DIR = re.compile(r"(?:offline-)?run-\d{8}_\d{6}-[A-Za-z0-9]+")
+V2_FILE = re.compile(r"(?:multiturn_workload|packed_lengths|reward_timings)_step_\d+\.jsonl(?:\.gz)?|dapo_filter_indices\.jsonl")
+_FIRST_STEP = re.compile(rb"step:(\d+) - ")
+CONSOLE_FORMAT = "verl_console"
+FIRST_STEP_SCAN_BYTES = 256 << 20  # a console log with no step line in its first 256 MB starts nothing
 
 
 @dataclass(frozen=True)
 class PlannedRun:
-    path: Path  # a directory or a single file
+    """One run of a path: ``path`` (a directory or file) read whole, or only ``only`` of it."""
+
     run_id: str
+    path: Path
+    only: frozenset[Path] | None = None  # the files of ``path`` this run reads (None: all)
+    report_skipped: bool = True  # whether files discovery skipped (symlinks out, ...) are this run's to report
+    skip_under: tuple[Path, ...] = ()  # skipped entries below these belong to other runs
+    reason: str = ""
 
 
-@dataclass(frozen=True)
-class RunPlan:
-    """``runs`` empty: ingest the path as one run; else one run each. ``reason`` says why."""
-
-    runs: tuple[PlannedRun, ...] = ()
-    reason: str | None = None
-    note: str | None = None  # why a possible split was not made
-
-    @property
-    def split(self) -> bool:
-        return bool(self.runs)
-
-
-def plan_runs(path: Path) -> RunPlan:
-    """How ``path`` splits into runs (see the module doc); a file is always one run."""
-    if not path.is_dir():
-        return RunPlan()
+def plan_runs(path: Path, run_id: str | None = None) -> list[PlannedRun]:
+    """The runs ``path`` holds (see the module text); one run when it is a file, when ``run_id``
+    is forced, or when the directory holds fewer than two units."""
+    path = path.resolve()
     manifest = load_manifest(path)
-    forced = manifest.split_runs
-    if forced is False or (manifest.run_id is not None and forced is not True):
-        return RunPlan()
-    files = [f for f in discover_files(path, manifest).files if f.name != MANIFEST_NAME]
-    for finder in (_wandb_folders, _workload_dirs, _console_logs):
-        plan = finder(path, files)
-        if plan is not None:
-            return plan
-    return RunPlan()
+    one = [PlannedRun(resolve_run_id(path, manifest, run_id), path)]
+    if run_id is not None or not path.is_dir():
+        return one
+    mode = manifest.split or ("none" if (path / MANIFEST_NAME).exists() else "auto")
+    if mode == "none":
+        return one
+    dirs = _unit_dirs(path)
+    groups = _console_groups(path)
+    n_units = len(dirs) + len(groups)
+    if n_units == 0 or (mode == "auto" and n_units < 2):
+        return one
+    found = discover_files(path, manifest)
+    in_units = {f for g in groups for f in g} | {f for f in found.files if any(f.is_relative_to(d) for d in dirs)}
+    rest = frozenset(f for f in found.files if f not in in_units)
+    taken: set[str] = set()
+    planned = [PlannedRun(_unique(_dir_id(d), taken), d, reason=_dir_reason(d)) for d in dirs]
+    for i, g in enumerate(groups):
+        why = "verl console log" + (f"s ({len(g)}, resumed)" if len(g) > 1 else "")
+        planned.append(PlannedRun(_unique(run_id_from_name(g[0].stem), taken), path, frozenset(g),
+                                  report_skipped=not rest and i == 0, skip_under=tuple(dirs), reason=why))
+    if rest:
+        planned.append(PlannedRun(_unique(resolve_run_id(path, manifest, None), taken), path, rest, skip_under=tuple(dirs),
+                                  reason=f"{len(rest)} file(s) of no single log"))
+    return planned
 
 
-def _covers(groups: list[Path], files: list[Path]) -> bool:
-    return all(any(f == g or f.is_relative_to(g) for g in groups) for f in files)
+def _unit_dirs(path: Path) -> list[Path]:
+    """wandb run folders and PolyTrace v2 log directories below ``path`` (not ``path`` itself),
+    outermost first; nothing below a unit is looked at."""
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink())
+        if here != path and (WANDB_RUN_DIR.fullmatch(here.name) or any(V2_FILE.fullmatch(f) for f in filenames)):
+            out.append(here)
+            dirnames[:] = []
+    return out
 
 
-def _wandb_folders(path: Path, files: list[Path]) -> RunPlan | None:
-    found = sorted({p for p in [*path.glob("*"), *path.glob("*/*")] if p.is_dir() and WANDB_RUN_DIR.match(p.name)})
-    if len(found) < 2:
-        return None
-    if not _covers(found, files):
-        return RunPlan(note=f"{len(found)} wandb run folders, but other files beside them: ingested as one run")
-    return RunPlan(tuple(PlannedRun(p, run_id_from_name(p.name)) for p in found),
-                   f"{len(found)} wandb run folders")
-
-
-def _workload_dirs(path: Path, files: list[Path]) -> RunPlan | None:
-    dirs = sorted({f.parent for f in files if any(rx.match(f.name) for rx in WORKLOAD_STEP_FILES)})
-    if len(dirs) < 2:
-        return None
-    if not _covers(dirs, files):
-        return RunPlan(note=f"{len(dirs)} PolyTrace workload directories, but other files beside them: ingested as one run")
-    return RunPlan(tuple(PlannedRun(d, run_id_from_name(f"{path.name}-{d.name}")) for d in dirs),
-                   f"{len(dirs)} PolyTrace workload directories")
+def _console_groups(path: Path) -> list[list[Path]]:
+    """verl console logs directly in ``path``, grouped into runs by where their steps start."""
+    groups: list[list[Path]] = []
+    for f in sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".") and not p.is_symlink()):
+        reader = detect(f, read_head(f))
+        if reader is None or reader.name != CONSOLE_FORMAT:
+            continue
+        first = first_step(f)
+        if first is None:
+            continue
+        if first <= 1 or not groups:
+            groups.append([f])
+        else:
+            groups[-1].append(f)
+    return groups
 
 
 def first_step(path: Path) -> int | None:
-    """The first ``step:N - `` of a console log (within its first :data:`FIRST_STEP_HEAD_BYTES`)."""
-    m = _FIRST_STEP.search(re.sub(r"\x1b\[[0-9;]*m", "", read_head(path, FIRST_STEP_HEAD_BYTES)))
-    return int(m.group(1)) if m else None
+    """The step of the first ``step:N - `` line of a console log (plain or .gz), None without one."""
+    import gzip
 
-
-def _console_logs(path: Path, files: list[Path]) -> RunPlan | None:
-    logs = [f for f in files if (r := detect(f)) is not None and r.name in CONSOLE_FORMATS]
-    if len(logs) < 2:
+    opener = gzip.open if path.suffix == ".gz" else open
+    seen = 0
+    tail = b""
+    try:
+        with opener(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                m = _FIRST_STEP.search(tail + block)
+                if m:
+                    return int(m.group(1))
+                tail = block[-64:]
+                seen += len(block)
+                if seen > FIRST_STEP_SCAN_BYTES:
+                    return None
+    except (OSError, EOFError):
         return None
-    starts = {f: first_step(f) for f in logs}
-    fresh = [f for f in logs if starts[f] in START_STEPS]
-    if len(fresh) < 2:
-        return None  # one run, resumed over several logs
-    if len(fresh) < len(logs) or len(logs) < len(files):
-        return RunPlan(note=f"{len(fresh)} console logs start from step 0/1, but other files (a resumed log?) lie "
-                       "beside them: ingested as one run (set split_runs in run.toml, or ingest the logs one by one)")
-    return RunPlan(tuple(PlannedRun(f, run_id_from_name(f.stem)) for f in fresh),
-                   f"{len(fresh)} console logs whose steps each start over")
+    return None
+
+
+def _dir_id(d: Path) -> str:
+    manifest = load_manifest(d)
+    return resolve_run_id(d, manifest, None)
+
+
+def _dir_reason(d: Path) -> str:
+    return "wandb run folder" if WANDB_RUN_DIR.fullmatch(d.name) else "PolyTrace v2 log directory"
+
+
+def _unique(rid: str, taken: set[str]) -> str:
+    out, n = rid, 1
+    while out in taken:
+        n += 1
+        out = f"{rid}-{n}"
+    taken.add(out)
+    return out

@@ -54,16 +54,23 @@ RUNS = Table(
     },
     key=("run_id",),
     docs={
+        "task": "what the run trains on (run.toml `task`, e.g. math, search, code, video); NULL when not given",
+        "framework": "training framework (run.toml `framework`, e.g. verl, trl); NULL when not given",
+        "model": "policy model: run.toml `model`, else the actor's model.path in a verl config dump (a hub id or a "
+        "local path, as written); NULL when neither gives it",
         "n_gpus": "GPUs the job used: run.toml, else a verl config dump (nnodes x n_gpus_per_node), else the GPUs "
         "whose telemetry is not idle for the whole run (see n_gpus_source; analyses.run_facts)",
         "max_response_length": "the response-length cap: run.toml, else a verl config dump, else response_length/max "
         "at steps with clip_ratio > 0, else the shortest response a reader flagged truncated, else a point mass at "
         "the longest response (see max_response_length_source; analyses.run_facts)",
+        "max_prompt_length": "prompt cap in tokens (run.toml)",
+        "started_at": "when the run started (run.toml `started_at`, UTC)",
+        "source_dir": "the directory (or file) the run was ingested from, as given to `polytrace ingest`",
+        "tags": "JSON object of the free-form run.toml [tags]",
         "n_gpus_source": "where n_gpus came from: run.toml | config_dump | telemetry (NULL: unknown)",
         "max_response_length_source": "where max_response_length came from: run.toml | config_dump | clip_ratio | "
         "sample_flags | point_mass (NULL: unknown)",
-        "n_files": "input files of the run (source_files rows)",
-        "model": "run.toml's model, else the actor's model.path in a verl config dump (a hub id or a local path, as written)",
+        "n_files": "input files of the run, every status counted (see source_files)",
     },
 )
 
@@ -87,6 +94,16 @@ SOURCE_FILES = Table(
     },
     key=("run_id", "path"),
     docs={
+        "path": "relative to the run directory (the file name for a single-file run), '/'-separated",
+        "sha256": "digest of the file's bytes as stored on disk (compressed bytes for .gz); NULL when not read",
+        "bytes": "size on disk",
+        "format": "the reader that recognized the file by content (README: formats), or unknown",
+        "rows_ok": "lines/records parsed into rows",
+        "rows_skipped": "lines skipped by a documented rule of the reader (blank lines, banners, config dumps, "
+        "progress bars, lines that are not records)",
+        "rows_out": "rows this file contributed to warehouse tables (one line may give many rows)",
+        "error": "why the file is error, unsupported, empty or skipped; for partial, how many lines were rejected "
+        "and the first reason (all of them are in rejects); NULL for ok",
         "lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error",
         "status": "ok, partial (some lines rejected), error (the file could not be read; `error` says why), "
         "unsupported (no reader recognizes it), empty, or skipped (not read: a symlink out of the run "
@@ -213,6 +230,31 @@ SAMPLES = Table(
         "generated_tokens": I64,  # model-generated (loss-masked) response tokens, tool outputs excluded
     },
     key=("run_id", "step", "sample_id"),
+    docs={
+        "step": "training step the sample was generated for",
+        "sample_id": "unique within (run, step): from the source's own ids, else from rank, group and position",
+        "group_id": "the prompt group (GRPO: samples of one prompt share it); NULL when the source has none",
+        "rank": "global rank that generated the sample, when the source records it",
+        "dp_rank": "data-parallel rank, when recorded",
+        "tp_rank": "tensor-parallel rank, when recorded",
+        "local_index": "position of the prompt within its rank's batch (PolyTrace v2), when recorded",
+        "task": "task of the sample (the source's own field, else run.toml `task`)",
+        "prompt_tokens": "prompt length in tokens (the first turn's prompt for multi-turn samples)",
+        "response_tokens": "response length in tokens, tool outputs included for multi-turn samples",
+        "n_turns": "assistant turns (1 for single-turn samples)",
+        "n_tool_calls": "tool calls over all turns (0 when none)",
+        "finish_reason": "why generation stopped (stop, length, abort, ...), as the source names it; NULL when absent",
+        "truncated": "the response hit the cap (response_tokens >= the run's response cap); NULL when unknown "
+        "(no cap known, or token counts estimated)",
+        "reward": "the sample's reward, when recorded",
+        "validate": "a validation sample (not used for training)",
+        "token_source": "where token counts come from: recorded (the log's own counts), tokenizer (a local "
+        "tokenizer.json), or estimate_chars_div_4 (documented estimate from text length)",
+        "path": "source file (relative to the run directory)",
+        "line_no": "1-based line (record) of the source file",
+        "generated_tokens": "model-generated response tokens (loss-masked), tool outputs excluded; NULL when the "
+        "source does not say",
+    },
 )
 
 TURNS = Table(
@@ -290,6 +332,19 @@ RANK_TIMES = Table(
         "tokens_max": I64,  # longest single sample's tokens on that rank (PolyTrace reward timings)
     },
     key=("run_id", "step", "rank", "phase"),
+    docs={
+        "step": "training step",
+        "rank": "global rank (worker) the time belongs to",
+        "dp_rank": "data-parallel rank, when recorded",
+        "host": "host name, when recorded",
+        "phase": "what the time measures: reward, iteration, gpu_busy, gpu_idle, comm, compute, memcpy, ...",
+        "seconds": "duration of the phase on that rank in that step; a source of normalised times keeps its "
+        "unit in `source` (PAI worker times are ratios, not seconds)",
+        "tokens": "tokens that rank processed in that phase, when recorded",
+        "n_samples": "samples that rank processed, when recorded",
+        "source": "the reader that produced the row",
+        "tokens_max": "longest single sample's tokens on that rank (PolyTrace reward timings)",
+    },
 )
 
 GPU_SAMPLES = Table(
@@ -306,6 +361,15 @@ GPU_SAMPLES = Table(
         "quality": S,  # null = as read; 'counter_reset' = counter repaired from here on (telemetry_units)
     },
     key=("run_id", "host", "gpu", "ts", "metric"),
+    docs={
+        "host": "host name (the telemetry's own label, else the file's)",
+        "gpu": "GPU index or UUID as the source names it",
+        "ts": "sample time, UTC",
+        "metric": "canonical metric: gpu_util_pct, mem_util_pct, mem_used_mib, power_w, sm_clock_mhz, ... (telemetry_units)",
+        "value": "in the canonical metric's unit (telemetry_units converts bytes, W, ratios)",
+        "source": "the reader that produced the row",
+        "quality": "NULL = as read; counter_reset = a cumulative counter repaired from here on",
+    },
 )
 
 FILTER_BATCHES = Table(

@@ -335,6 +335,14 @@ class RunStaging:
         self._counters.pop(table, None)
         return self.add(table, df)
 
+    def replace_with_file(self, table: str, part: Path) -> None:
+        """Drop what is staged for ``table`` and stage the Parquet file ``part`` instead (moved, not
+        copied; written by a query that already gives the table's columns)."""
+        shutil.rmtree(self.table_dir(table), ignore_errors=True)
+        self._counters.pop(table, None)
+        self.table_dir(table).mkdir(parents=True)
+        os.replace(part, self.table_dir(table) / "part-000000.parquet")
+
     def _compact(self, name: str, t: Table) -> Path:
         """The table's parts as one file (typed and empty when nothing was staged)."""
         out = self.dir / "_final" / f"{name}.parquet"

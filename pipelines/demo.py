@@ -22,7 +22,7 @@ from dagster import AssetKey, DagsterInstance, Definitions, ExecuteInProcessResu
 from analyses.api import REPORT_NAME, PolyTrace
 from analyses.fit.fidelity_table import fidelity_table
 from pipelines.definitions import CATALOG_KEY, build_defs
-from pipelines.partitions import RUNS_PARTITIONS_NAME, is_valid_key, run_dirs_by_id
+from pipelines.partitions import RUNS_PARTITIONS_NAME, is_valid_key, runs_by_id
 from pipelines.resources import DEFAULT_LOGS_ROOT, ENV_LOGS_ROOT, WarehouseResource
 from pipelines.sensors import CROSS_RUN_JOB_NAME, INGEST_JOB_NAME
 
@@ -73,7 +73,7 @@ def materialize_all(
 ) -> DemoResult:
     """Add a partition per run directory, run the per-run job per partition, then the cross-run job
     (all of it, or only ``cross_run_keys``; an empty list skips it)."""
-    runs = [rid for rid in run_dirs_by_id(logs_root) if is_valid_key(rid)]
+    runs = [rid for rid in runs_by_id(logs_root) if is_valid_key(rid)]
     existing = set(instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME))
     new = [r for r in runs if r not in existing]
     if new:

@@ -1,8 +1,9 @@
 """One dynamic partition per run: the partition key IS the warehouse ``run_id``.
 
-Keys are added by the logs-root sensor (or the demo) as run directories appear. Because the
-key equals the run id (``run_id`` from its run.toml, or the directory name made to follow the
-run-id rule of :mod:`analyses.manifest`), a partition
+Keys are added by the logs-root sensor (or the demo) as run directories appear; a directory
+holding several separate logs gives one key per log (:mod:`analyses.run_split`). Because the
+key equals the run id (``run_id`` from its run.toml, or the directory or log name made to follow
+the run-id rule of :mod:`analyses.manifest`), a partition
 in the UI is the same string users write in SQL (``WHERE run_id = '...'``).
 """
 
@@ -15,8 +16,9 @@ from pathlib import Path
 
 from dagster import DynamicPartitionsDefinition, PreviewWarning
 
-from analyses.ingest import iter_run_dirs, resolve_run_id
-from analyses.manifest import ManifestError, RunIdError, load_manifest, validate_run_id
+from analyses.ingest import iter_run_dirs
+from analyses.manifest import ManifestError, RunIdError, validate_run_id
+from analyses.run_split import PlannedRun, plan_runs
 
 # Checks are partitioned like their assets so that each run keeps its own check status (an
 # unpartitioned check on a partitioned asset shows only the latest run's result). Dagster 1.13
@@ -30,12 +32,6 @@ runs_partitions = DynamicPartitionsDefinition(name=RUNS_PARTITIONS_NAME)
 
 FINGERPRINT_META = "source_fingerprint"  # on the `runs` materialization: the directory as ingested
 
-def run_id_for_dir(run_dir: Path) -> str:
-    """The run id (= partition key) the ingest will give ``run_dir``: run.toml's ``run_id``, else
-    the directory name made to follow the rule. Raises ManifestError / RunIdError when it has none."""
-    return resolve_run_id(run_dir, load_manifest(run_dir), None)
-
-
 def is_valid_key(key: str) -> bool:
     """Whether ``key`` follows the run-id rule (so it is also a valid Dagster partition key)."""
     try:
@@ -45,41 +41,47 @@ def is_valid_key(key: str) -> bool:
     return True
 
 
-def scan_run_dirs(logs_root: Path) -> tuple[dict[str, Path], dict[str, str]]:
-    """Every usable run directory under ``logs_root`` by its run id, and each unusable one (by
-    directory name) with why: a broken run.toml, a name with no usable run id, or an id another
-    directory already has (the first in name order keeps it). One bad directory costs only itself."""
-    out: dict[str, Path] = {}
+def scan_runs(logs_root: Path) -> tuple[dict[str, PlannedRun], dict[str, str]]:
+    """Every usable run under ``logs_root`` by its run id: each directory's runs as
+    :func:`analyses.run_split.plan_runs` finds them (one, or one per separate log); and each
+    unusable directory (by name) with why: a broken run.toml, a name with no usable run id, or an
+    id another directory already has (the first in name order keeps it). One bad directory costs
+    only itself."""
+    out: dict[str, PlannedRun] = {}
     problems: dict[str, str] = {}
     if not logs_root.is_dir():
         return out, problems
     for d in iter_run_dirs(logs_root):
         try:
-            rid = run_id_for_dir(d)
+            plans = plan_runs(d)
         except (ManifestError, RunIdError, OSError) as exc:
             problems[d.name] = str(exc)
             continue
-        if rid in out:
-            problems[d.name] = f"run id {rid!r} is already {out[rid].name!r}'s; give this one another run_id in run.toml"
-            continue
-        out[rid] = d
+        for plan in plans:
+            if plan.run_id in out:
+                problems[d.name] = (f"run id {plan.run_id!r} is already {out[plan.run_id].path.name!r}'s; give this one "
+                                    "another run_id in run.toml")
+                continue
+            out[plan.run_id] = plan
     return out, problems
 
 
-def run_dirs_by_id(logs_root: Path) -> dict[str, Path]:
-    """Every usable run directory under ``logs_root`` by its run id (see :func:`scan_run_dirs`)."""
-    return scan_run_dirs(logs_root)[0]
+def runs_by_id(logs_root: Path) -> dict[str, PlannedRun]:
+    """Every usable run under ``logs_root`` by its run id (see :func:`scan_runs`)."""
+    return scan_runs(logs_root)[0]
 
 
-def find_run_dir(logs_root: Path, run_id: str) -> Path | None:
-    """The directory under ``logs_root`` whose run id is ``run_id`` (cheap when it is the name)."""
+def find_run(logs_root: Path, run_id: str) -> PlannedRun | None:
+    """The run behind a partition key (cheap when it is a directory's own name and only run)."""
     direct = logs_root / run_id
     try:
-        if direct.is_dir() and run_id_for_dir(direct) == run_id:
-            return direct
+        if direct.is_dir():
+            plans = plan_runs(direct)
+            if len(plans) == 1 and plans[0].run_id == run_id:
+                return plans[0]
     except (ManifestError, RunIdError, OSError):
         pass
-    return run_dirs_by_id(logs_root).get(run_id)
+    return runs_by_id(logs_root).get(run_id)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,28 @@ class DirFingerprint:
     @property
     def key(self) -> str:
         return f"{self.files}f-{self.bytes}b-{self.newest_mtime_ns}"
+
+
+def run_fingerprint(plan: PlannedRun) -> DirFingerprint:
+    """What changes when a run's inputs change: its directory's fingerprint, or for a run that is
+    part of a directory (several logs in one), its own files' count, bytes and newest mtime."""
+    if plan.only is None:
+        return dir_fingerprint(plan.path) if plan.path.is_dir() else _files_fingerprint([plan.path], plan.path.stat().st_mtime_ns)
+    return _files_fingerprint(sorted(plan.only), plan.path.stat().st_mtime_ns)
+
+
+def _files_fingerprint(files: list[Path], newest: int) -> DirFingerprint:
+    total = 0
+    n = 0
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:  # deleted since the plan: the next tick sees it
+            continue
+        n += 1
+        total += st.st_size
+        newest = max(newest, st.st_mtime_ns)
+    return DirFingerprint(n, total, newest)
 
 
 def dir_fingerprint(run_dir: Path) -> DirFingerprint:

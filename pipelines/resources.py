@@ -17,8 +17,9 @@ import polars as pl
 from dagster import ConfigurableResource
 
 from analyses.api import PolyTrace
+from analyses.run_split import PlannedRun
 from analyses.warehouse import default_root, scan_table
-from pipelines.partitions import find_run_dir
+from pipelines.partitions import find_run
 
 ENV_LOGS_ROOT = "POLYTRACE_LOGS_ROOT"
 DEFAULT_LOGS_ROOT = "sample_logs"
@@ -46,11 +47,12 @@ class WarehouseResource(ConfigurableResource):
     def logs_path(self) -> Path:
         return Path(self.logs_root)
 
-    def run_dir(self, run_id: str) -> Path:
-        """The run directory behind a partition key; FileNotFoundError when it is gone."""
-        found = find_run_dir(self.logs_path, run_id)
+    def run_plan(self, run_id: str) -> PlannedRun:
+        """The run behind a partition key (a directory, or its files of one log); FileNotFoundError
+        when it is gone."""
+        found = find_run(self.logs_path, run_id)
         if found is None:
-            raise FileNotFoundError(f"no run directory with run id {run_id!r} under {self.logs_path}")
+            raise FileNotFoundError(f"no run with run id {run_id!r} under {self.logs_path}")
         return found
 
     def scan(self, table: str, run_ids: list[str] | None = None) -> pl.LazyFrame:

@@ -32,10 +32,10 @@ from dagster import (
 from pipelines.partitions import (
     FINGERPRINT_META,
     RUNS_PARTITIONS_NAME,
-    dir_fingerprint,
     is_valid_key,
+    run_fingerprint,
     runs_partitions,
-    scan_run_dirs,
+    scan_runs,
 )
 from pipelines.resources import WarehouseResource
 
@@ -58,15 +58,15 @@ class RunDirState:
 def scan_logs_root(logs_root_path: str) -> tuple[dict[str, RunDirState], dict[str, str]]:
     """Every usable run directory under the logs root, by run id, with its fingerprint; and the
     unusable ones (by directory name) with why."""
-    dirs, problems = scan_run_dirs(Path(logs_root_path))
+    runs, problems = scan_runs(Path(logs_root_path))
     out = {}
-    for rid, d in dirs.items():
+    for rid, plan in runs.items():
         try:
-            fp = dir_fingerprint(d)
+            fp = run_fingerprint(plan)
         except OSError as exc:  # vanished or unreadable mid-scan
-            problems[d.name] = f"cannot stat: {exc}"
+            problems[plan.path.name] = f"cannot stat: {exc}"
             continue
-        out[rid] = RunDirState(rid, str(d), fp.key, fp.newest_mtime_ns / 1e9)
+        out[rid] = RunDirState(rid, str(plan.path), fp.key, fp.newest_mtime_ns / 1e9)
     return out, problems
 
 

@@ -14,11 +14,13 @@ from analyses.readers.base import FileContext
 FIX = Path(__file__).parent / "fixtures" / "telemetry"
 
 
-def run(path: Path, manifest: RunManifest | None = None, rel: str | None = None, table: str = "gpu_samples"):
-    """Read ``path`` with the reader sniffing picks; totals, samples (table ``table``), rejects."""
+def run(path: Path, manifest: RunManifest | None = None, rel: str | None = None, table: str = "gpu_samples",
+        run_files: frozenset[Path] = frozenset()):
+    """Read ``path`` with the reader sniffing picks; totals, samples (table ``table``), rejects.
+    ``run_files``: the other files of the same run (default: none, as for a file ingested alone)."""
     reader = detect(path)
     assert reader is not None, f"no reader for {path.name}"
-    chunks = list(reader.read(FileContext("r", path, rel or path.name, manifest or RunManifest())))
+    chunks = list(reader.read(FileContext("r", path, rel or path.name, manifest or RunManifest(), run_files)))
     totals = {
         k: sum(getattr(c, k) for c in chunks) for k in ("lines", "rows_ok", "rows_rejected", "rows_skipped")
     }

@@ -4,6 +4,7 @@ comments from the small frames built here."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -13,14 +14,15 @@ from analyses.alignment import (
     METHOD_LOG_PREV,
     METHOD_LOG_TS,
     derive_step_windows,
-    step_gpu_utilization,
 )
+from analyses.api import PolyTrace
 from analyses.ingest import ingest_run
 from analyses.manifest import RunManifest
 from analyses.readers import reader_by_name
 from analyses.schema import STEP_WINDOWS, STEPS
 from analyses.warehouse import scan_table
 from tests._telemetry_util import FIX
+from tests._views_util import stage_run
 
 
 def t(h: int, m: int, s: float) -> datetime:
@@ -134,8 +136,17 @@ def _windows() -> pl.LazyFrame:
     ).lazy()
 
 
-def test_step_gpu_utilization_by_hand():
-    out = step_gpu_utilization(_samples(), _windows(), idle_threshold_pct=5.0)
+def _stage(root: Path) -> None:
+    """_samples and _windows as two runs of a warehouse (r with telemetry, q without)."""
+    samples, windows = _samples().collect(), _windows().collect()
+    for rid in ("r", "q"):
+        stage_run(root, rid, {"gpu_samples": samples.filter(pl.col("run_id") == rid).drop("run_id"),
+                              "step_windows": windows.filter(pl.col("run_id") == rid).drop("run_id")})
+
+
+def test_step_gpu_utilization_by_hand(tmp_path: Path):
+    _stage(tmp_path / "wh")
+    out = PolyTrace(tmp_path / "wh").view("gpu_step_utilization")
     r = {(x["run_id"], x["step"]): x for x in out.iter_rows(named=True)}
     s1 = r[("r", 1)]
     assert (s1["n_samples"], s1["n_gpus"]) == (8, 2)
@@ -156,10 +167,13 @@ def test_step_gpu_utilization_by_hand():
     assert q1["n_samples"] == 0 and q1["mean_util_pct"] is None
 
 
-def test_idle_threshold_is_a_parameter():
-    out = step_gpu_utilization(_samples(), _windows(), idle_threshold_pct=1.0)
-    s1 = out.filter((pl.col("run_id") == "r") & (pl.col("step") == 1)).row(0, named=True)
-    assert s1["idle_share"] == pytest.approx(3 / 8)  # 2 % is no longer idle
+def test_a_gpu_idle_for_the_whole_run_is_left_out_of_each_step(tmp_path: Path):
+    samples = _samples().collect()
+    idle = samples.filter(pl.col("gpu") == "0").with_columns(gpu=pl.lit("7"), value=pl.lit(0.0))
+    stage_run(tmp_path / "wh", "r", {"gpu_samples": pl.concat([samples, idle]).drop("run_id"),
+                                     "step_windows": _windows().collect().filter(pl.col("run_id") == "r").drop("run_id")})
+    s1 = PolyTrace(tmp_path / "wh").view("gpu_step_utilization").filter(pl.col("step") == 1).row(0, named=True)
+    assert (s1["n_samples"], s1["n_gpus"], s1["mean_util_pct"]) == (8, 2, pytest.approx(292 / 8))
 
 
 def test_ingest_writes_step_windows_and_utilization_joins(tmp_path):
@@ -180,7 +194,7 @@ def test_ingest_writes_step_windows_and_utilization_joins(tmp_path):
     assert w["method"].to_list() == [METHOD_CUMSUM, METHOD_CUMSUM]
     assert w["end_ts"].to_list() == [t(10, 0, 20), t(10, 0, 50)]
     assert w["rollout_end_ts"].to_list() == [t(10, 0, 5), t(10, 0, 30)]
-    out = step_gpu_utilization(scan_table(wh, "gpu_samples"), scan_table(wh, "step_windows"))
+    out = PolyTrace(wh).view("gpu_step_utilization")
     # clock_jump.csv kept GPU 0 at 10:00:00 (10 %), :15 (20 %), :30 (40 %) and GPU 1 at :20 (50 %)
     by_step = {x["step"]: x for x in out.iter_rows(named=True)}
     assert by_step[1]["n_samples"] == 2 and by_step[1]["mean_util_pct"] == pytest.approx(15.0)

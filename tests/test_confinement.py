@@ -107,4 +107,4 @@ def test_two_paths_with_one_run_id_are_refused(tmp_path: Path) -> None:
         (d / "train.log").write_text(LOG)
         (d / "run.toml").write_text('run_id = "same"\n')
     res = _cli("ingest", str(a), str(b), "--warehouse", str(tmp_path / "wh"))
-    assert res.returncode == 2 and "both run 'same'" in res.stderr
+    assert res.returncode == 2 and "both hold run 'same'" in res.stderr

@@ -21,13 +21,15 @@ from dagster import (
 )
 
 from analyses.manifest import ManifestError
+from analyses.run_split import plan_runs
 from pipelines.definitions import CROSS_RUN_JOB_NAME, build_defs, defs
 from pipelines.partitions import (
     FINGERPRINT_META,
     RUNS_PARTITIONS_NAME,
     dir_fingerprint,
-    run_id_for_dir,
-    scan_run_dirs,
+    run_fingerprint,
+    runs_by_id,
+    scan_runs,
 )
 from pipelines.resources import WarehouseResource
 from pipelines.sensors import INGEST_JOB_NAME, RunDirState, plan_tick, run_dirs_sensor
@@ -50,6 +52,8 @@ CHARACTERIZE_KEYS = [
 ]
 # the fit and export stages (pipelines/assets/fit.py, export.py): specs + fidelity, every export format
 FIT_KEYS = ["workload_exports", "workload_specs"]
+# one run's fit, done in the run's ingest job (cached by content: the cross-run fit only combines)
+PER_RUN_FIT_KEYS = ["run_workload"]
 EXPECTED_ASSET_KEYS = sorted(
     [
         "filter_batches",
@@ -67,6 +71,7 @@ EXPECTED_ASSET_KEYS = sorted(
         "warehouse_catalog",
         *CHARACTERIZE_KEYS,
         *FIT_KEYS,
+        *PER_RUN_FIT_KEYS,
     ]
 )
 EXPECTED_CHECK_KEYS = [
@@ -96,7 +101,7 @@ BLOCKING_CHECKS = {k for k in EXPECTED_CHECK_KEYS if k.endswith(":schema_matches
 TABLE_KEYS = [
     k
     for k in EXPECTED_ASSET_KEYS
-    if k != "warehouse_catalog" and k not in CHARACTERIZE_KEYS and k not in FIT_KEYS
+    if k != "warehouse_catalog" and k not in CHARACTERIZE_KEYS and k not in FIT_KEYS and k not in PER_RUN_FIT_KEYS
 ]
 
 
@@ -152,8 +157,11 @@ def test_groups_partitions_and_jobs() -> None:
     ingest_job = defs.resolve_job_def(INGEST_JOB_NAME)
     assert ingest_job.partitions_def is not None and ingest_job.partitions_def.name == RUNS_PARTITIONS_NAME
     assert sorted(k.to_user_string() for k in ingest_job.asset_layer.selected_asset_keys) == sorted(
-        [*TABLE_KEYS, "warehouse_catalog"]
+        [*TABLE_KEYS, *PER_RUN_FIT_KEYS, "warehouse_catalog"]
     )
+    fit = graph.get(AssetKey("run_workload"))
+    assert fit.group_name == "fit" and fit.partitions_def is not None and fit.partitions_def.name == RUNS_PARTITIONS_NAME
+    assert "run_workload" in {p.to_user_string() for p in graph.get(AssetKey("workload_specs")).parent_keys}
     cross = defs.resolve_job_def(CROSS_RUN_JOB_NAME)
     assert sorted(k.to_user_string() for k in cross.asset_layer.selected_asset_keys) == sorted(
         ["warehouse_catalog", *CHARACTERIZE_KEYS, *FIT_KEYS]
@@ -269,10 +277,22 @@ def test_plan_tick_drops_vanished_and_invalid_keys() -> None:
     assert not plan.new_partitions
 
 
-def test_run_id_for_dir(tmp_path: Path) -> None:
-    assert run_id_for_dir(_run_dir(tmp_path, "my run (v2)")) == "my_run_v2"
+def test_a_directory_of_several_logs_is_one_partition_per_log(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    d = _run_dir(logs, "my run (v2)")  # one log: the directory is the run, its name made a run id
+    assert [(rid, p.only) for rid, p in runs_by_id(logs).items()] == [("my_run_v2", None)]
+    (d / "other.log").write_text("step:0 - timing_s/step:2.0\n")  # a second log that starts over
+    runs = runs_by_id(logs)
+    assert sorted(runs) == ["other", "train"]
+    assert {rid: sorted(f.name for f in p.only or ()) for rid, p in runs.items()} == {"other": ["other.log"],
+                                                                                   "train": ["train.log"]}
+    # each has its own fingerprint: editing one log requests only its run
+    before = {rid: run_fingerprint(p).key for rid, p in runs.items()}
+    (d / "other.log").write_text("step:0 - timing_s/step:2.0\nstep:1 - timing_s/step:2.0\n")
+    after = {rid: run_fingerprint(p).key for rid, p in runs_by_id(logs).items()}
+    assert after["train"] == before["train"] and after["other"] != before["other"]
     with pytest.raises(ManifestError):  # a broken manifest is the directory's problem, said once
-        run_id_for_dir(_run_dir(tmp_path, "broken", manifest="task = \n"))
+        plan_runs(_run_dir(tmp_path, "broken", manifest="task = \n"))
 
 
 # Each of these directories is unusable in its own way; none may cost the others their tick.
@@ -304,7 +324,7 @@ def test_malformed_run_dirs_are_warnings_and_the_good_runs_still_run(tmp_path: P
         _run_dir(logs, name, manifest=manifest)
     (logs / "utf16-toml" / "run.toml").write_bytes("task = 'x'\n".encode("utf-16"))
     (logs / "toml-dir" / "run.toml").mkdir()
-    dirs, problems = scan_run_dirs(logs)
+    dirs, problems = scan_runs(logs)
     assert sorted(dirs) == ["dup", "good-run", "x"]  # the first of two directories claiming 'dup' keeps it
     assert set(problems) == set(MALFORMED) - {"dup-a"}
     assert "already 'dup-a'" in problems["dup-b"] and "started_at" in problems["huge-time"]

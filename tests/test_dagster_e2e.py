@@ -23,7 +23,7 @@ from analyses.warehouse import scan_table
 from pipelines.definitions import CATALOG_KEY, build_defs
 from pipelines.demo import main as demo_main
 from pipelines.demo import materialize_all
-from pipelines.partitions import RUNS_PARTITIONS_NAME, run_dirs_by_id
+from pipelines.partitions import RUNS_PARTITIONS_NAME, runs_by_id
 from pipelines.resources import WarehouseResource
 from pipelines.sensors import INGEST_JOB_NAME
 
@@ -96,7 +96,10 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
 
         # one materialization per table per run, with metadata
         tiny = result.per_run["tiny-run"]
-        assert {e.asset_key.to_user_string() for e in tiny.get_asset_materialization_events()} == set(TABLES)
+        assert {e.asset_key.to_user_string() for e in tiny.get_asset_materialization_events()} == {*TABLES, "run_workload"}
+        # the run's own fit is done in its ingest job; a step log without generation times has nothing to fit
+        fit = _mat(tiny, "run_workload").metadata
+        assert fit["skipped"].value == "neither per-sample lengths nor step times" and fit["computed"].value is False
         m = _mat(tiny, "steps")
         assert m.partition == "tiny-run"
         assert m.metadata["partition_row_count"].value == 3
@@ -203,7 +206,7 @@ def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch
     """The demo corpus (sample_logs/) through every asset, as `make demo` runs it: lands exactly the
     rows the library ingest writes on its own, with no ERROR check failing."""
     monkeypatch.setenv("POLYTRACE_PNG", "0")  # the characterize stage's switch: no Chromium for PNGs
-    runs = run_dirs_by_id(SAMPLE_LOGS)
+    runs = runs_by_id(SAMPLE_LOGS)
     assert runs, f"no run directories under {SAMPLE_LOGS}"
     defs, root = _defs(tmp_path, SAMPLE_LOGS)
     with DagsterInstance.ephemeral() as instance:
@@ -212,6 +215,12 @@ def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch
     assert result.cross_run is not None
     cross = {e.asset_key for e in result.cross_run.get_asset_materialization_events()}
     assert cross == set(defs.resolve_job_def("cross_run_job").asset_layer.selected_asset_keys)
+    # each run was fitted in its own ingest job; the cross-run fit only combined them
+    fitted = {r: _mat(p, "run_workload").metadata for r, p in result.per_run.items()}
+    assert {r for r, m in fitted.items() if "spec" in m} == {"polytrace-math-dapo", "polytrace-search-multiturn"}
+    assert all(m["computed"].value for r, m in fitted.items() if "spec" in m)
+    specs = _mat(result.cross_run, "workload_specs").metadata
+    assert specs["runs_fitted"].value == 2 and specs["runs_computed"].value == 0
     assert result.run_ids == sorted(runs)
     errors = [f for f in result.checks.failed if not f.endswith("(WARN)")]
     assert errors == []
@@ -219,8 +228,8 @@ def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch
     assert all(len(r.get_asset_check_evaluations()) == n_checks for r in result.per_run.values())
 
     lib_root = tmp_path / "lib"
-    for rid, d in runs.items():
-        ingest_run(d, lib_root, run_id=rid)
+    for rid, plan in runs.items():
+        ingest_run(plan.path, lib_root, run_id=rid, only=plan.only)
     for rid in runs:
         assert run_row_counts(root, rid) == run_row_counts(lib_root, rid), rid
         # materialization metadata agrees with the tables
@@ -232,7 +241,7 @@ def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch
     # the asset's row count is the table's over every run (as of the last run's ingest)
     last = result.per_run[max(result.per_run)]
     total = {e.asset_key.to_user_string(): e.materialization.metadata["dagster/row_count"].value
-             for e in last.get_asset_materialization_events()}
+             for e in last.get_asset_materialization_events() if e.asset_key.to_user_string() in TABLES}
     assert total == {t: table_rows(root, t) for t in TABLES}
     a = scan_table(root, "steps").sort("run_id", "step").collect()
     b = scan_table(lib_root, "steps").sort("run_id", "step").collect()

@@ -12,7 +12,7 @@ import pytest
 from _fit_synth import synth_multiturn, synth_samples
 
 from analyses.export.formats.aiperf import percent_thousandths
-from analyses.export.registry import export, format_names
+from analyses.export.registry import ExportError, export, format_names
 from analyses.export.sampler import generate, steps_for
 from analyses.export.spec import build_spec
 from analyses.fit.workload import fit_workload
@@ -39,13 +39,19 @@ def multi() -> dict:
 def test_polytrace_v2_files_and_record_shape(single, tmp_path: Path):
     files = export(single, "polytrace-v2", tmp_path, seed=1)
     names = sorted(p.name for p in files)
-    # 3 fitted steps (1..3): one packed file and one reward file per step
-    assert names == sorted([f"packed_lengths_step_{k}.jsonl" for k in (1, 2, 3)] + [f"reward_timings_step_{k}.jsonl" for k in (1, 2, 3)])
+    # 3 fitted steps (1..3), at least 4 exported (upstream's configs replay up to 4), numbered 0..3 as
+    # upstream's step_groups name them: one packed file and one reward file per step
+    assert names == sorted([f"packed_lengths_step_{k}.jsonl" for k in range(4)] + [f"reward_timings_step_{k}.jsonl" for k in range(4)])
     lines = (tmp_path / "packed_lengths_step_2.jsonl").read_text().splitlines()
     assert len(lines) == 8  # one record per prompt
     rec = json.loads(lines[0])
     assert list(rec) == ["step", "rank", "dp_rank", "tp_rank", "local_index", "input", "output", "n_sampling", "validate"]
     assert rec["step"] == 2 and len(rec["output"]) == rec["n_sampling"] == 4 and rec["validate"] is False
+    more = export(single, "polytrace-v2", tmp_path / "more", seed=1, steps=2, records_per_step=12)
+    assert sorted(p.name for p in more if p.name.startswith("packed")) == ["packed_lengths_step_0.jsonl", "packed_lengths_step_1.jsonl"]
+    assert len((tmp_path / "more" / "packed_lengths_step_1.jsonl").read_text().splitlines()) == 3  # 12 records = 3 prompts x 4
+    with pytest.raises(ExportError, match="must be a positive multiple of the workload's 4 samples per prompt"):
+        export(single, "polytrace-v2", tmp_path / "bad", records_per_step=10)
     rw = [json.loads(x) for x in (tmp_path / "reward_timings_step_1.jsonl").read_text().splitlines()]
     assert [r["dp_rank"] for r in rw] == [0, 1] and all(r["batch_size"] == 16 and r["reward_time_s"] > 0 for r in rw)
 
@@ -62,23 +68,51 @@ def test_v1_vidur_mooncake_aiperf_params(single, multi, tmp_path: Path):
     doc = json.loads(v1.read_text())
     assert list(doc) == ["1", "2"] and len(doc["1"]["input"]) == 8 and len(doc["1"]["output"]) == 32
 
-    (vid,) = export(single, "vidur", tmp_path / "vidur", steps=2, seed=0, step_interval_s=100)
+    vid, replay, interval = export(single, "vidur", tmp_path / "vidur", steps=2, seed=0, step_interval_s=100,
+                                   vidur_date="2024-01-02")
     rows = list(csv.DictReader(vid.open()))
     assert list(rows[0]) == ["arrived_at", "num_prefill_tokens", "num_decode_tokens"]
     assert len(rows) == 64 and {float(r["arrived_at"]) for r in rows} == {0.0, 100.0}
+    # the same requests as vidur's trace-replay and interval generators read them
+    rep = list(csv.DictReader(replay.open()))
+    assert list(rep[0]) == ["Date", "Time", "PromptTokenCount", "CompletionTokenCount"] and len(rep) == 64
+    assert {r["Date"] for r in rep} == {"2024-01-02"} and {float(r["Time"]) for r in rep} == {0.0, 100.0}
+    assert [(r["PromptTokenCount"], r["CompletionTokenCount"]) for r in rep] == [
+        (r["num_prefill_tokens"], r["num_decode_tokens"]) for r in rows]
+    arr = [r["arrival_time"] for r in csv.DictReader(interval.open())]
+    assert len(arr) == 64 and set(arr) == {"1970-01-04 12:00:01.000000", "1970-01-04 12:01:41.000000"}
 
     (mc,) = export(multi, "mooncake", tmp_path / "mc", steps=1, seed=0)
     recs = [json.loads(x) for x in mc.read_text().splitlines()]
     assert {"timestamp", "input_length", "output_length", "hash_ids", "session_id", "turn", "tool_calls"} <= set(recs[0])
     ts = [r["timestamp"] for r in recs]
     assert ts == sorted(ts)
-    # a later turn of a trajectory arrives after the earlier one and re-uses its prefix blocks
+    assert all(isinstance(x, int) for x in ts)  # integer milliseconds
     by = {}
     for r in recs:
         by.setdefault(r["session_id"], []).append(r)
     long = next(v for v in by.values() if len(v) > 1)
     assert long[1]["timestamp"] > long[0]["timestamp"]
-    assert long[1]["hash_ids"][: len(long[0]["hash_ids"])] == long[0]["hash_ids"]
+    # a later turn is an increment with blocks of its own; aiperf's history then is the generated context
+    assert not set(long[1]["hash_ids"]) & set(long[0]["hash_ids"])
+    turns = _generated(multi, 1, 0).turns
+    ctx = {(f"{a}-{b}-{c}", t): p for a, b, c, t, p in turns.select("step", "group", "sample_index", "turn",
+                                                                     "prompt_tokens").iter_rows()}
+    for sid, rs in by.items():
+        history = 0
+        for r in sorted(rs, key=lambda r: r["turn"]):
+            history += r["input_length"]
+            if r["turn"] == 0 or r["input_length"] > 1:
+                assert history == ctx[(sid, r["turn"])]
+            else:  # an increment below one token is sent as one
+                assert history >= ctx[(sid, r["turn"])]
+            history += r["output_length"]
+        for r in rs:  # an id stands for one block size: ceil(input_length / 512) ids
+            assert len(r["hash_ids"]) == -(-r["input_length"] // 512)
+    # the first turns of one prompt group share the prompt's blocks
+    firsts = [r for r in recs if r["turn"] == 0]
+    group = firsts[0]["session_id"].rsplit("-", 1)[0]
+    assert len({tuple(r["hash_ids"]) for r in firsts if r["session_id"].rsplit("-", 1)[0] == group}) == 1
 
     txt, js = export(single, "aiperf", tmp_path / "ai", seed=0)
     buckets = txt.read_text().strip().split(";")
@@ -119,11 +153,11 @@ def test_v2_round_trip_through_our_reader(single, tmp_path: Path):
     export(single, "polytrace-v2", out, steps=2, seed=4)
     ingest_run(out, tmp_path / "wh", run_id="gen")
     got = scan_table(tmp_path / "wh", "samples", ["gen"]).collect()
-    g = _generated(single, 2, 4).samples
+    g = _generated(single, 2, 4).renumbered(1).samples  # the fitted run starts at step 1; files at 0
     cols = ["step", "dp_rank", "local_index", "prompt_tokens", "response_tokens"]
     assert got.select(cols).sort(cols).equals(g.select(cols).sort(cols))
     rw = scan_table(tmp_path / "wh", "rank_times", ["gen"]).collect().sort("step", "dp_rank")
-    exp = _generated(single, 2, 4).rewards.sort("step", "dp_rank")
+    exp = _generated(single, 2, 4).renumbered(1).rewards.sort("step", "dp_rank")
     assert rw["seconds"].to_list() == pytest.approx(exp["reward_time_s"].to_list())
 
 
@@ -226,3 +260,71 @@ def test_percent_thousandths_give_the_rounding_to_the_largest_remainders() -> No
     # 2/7, 5/7 -> 28571.43 + 71428.57 thousandths: the larger remainder (.57) gets the missing unit
     assert percent_thousandths(np.array([2, 5])) == [28.571, 71.429]
     assert sum(percent_thousandths(np.array([0.1] * 7 + [0.3]))) == pytest.approx(100, abs=1e-9)
+
+
+def test_a_spec_lacking_what_a_format_needs_exits_2_and_writes_nothing(multi, tmp_path: Path, capsys) -> None:
+    import copy
+
+    from analyses.cli import main
+    from analyses.export.spec import write_spec
+
+    broken = copy.deepcopy(multi)
+    (w,) = broken["workloads"].values()
+    del w["variables"]["n_turns"]
+    spec = tmp_path / "spec.json"
+    write_spec(broken, spec)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine\n")
+    assert main(["export", "--spec", str(spec), "--format", "polytrace-v2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no 'variables.n_turns', which this format needs" in err[0]
+    # nothing partial: the directory holds what it held, and no staging directory is left beside it
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "spec.json"]
+
+
+def test_params_task_keys_follow_the_data_or_the_option(multi, single, tmp_path: Path) -> None:
+    (pm,) = export(multi, "polytrace-params", tmp_path / "pm")
+    doc = json.loads(pm.read_text())
+    # a workload with tool calls is upstream's tool_calling_task: lengths and call counts in one entry
+    assert [k for k in doc if k.endswith("_task")] == ["tool_calling_task"]
+    assert {"input_distribution", "output_distribution", "call_count_distribution"} <= set(doc["tool_calling_task"])
+    (po,) = export(single, "polytrace-params", tmp_path / "po", task="coding")
+    assert [k for k in json.loads(po.read_text()) if k.endswith("_task")] == ["coding_task"]
+
+
+def test_empirical_alternative_by_hand() -> None:
+    from analyses.export.formats.polytrace_params import empirical_alternative, length_marginal
+
+    e = empirical_alternative({"kind": "categorical", "values": [20, 10, 11], "probs": [0.25, 0.5, 0.25]})
+    # bins: 10 -> [9.5, 10.5], 11 -> [10.5, 11.5], a gap to 20 -> [19.5, 20.5]; each atom mid-bin: KS = 0.5 * 0.5
+    assert e["parameters"] == [[[0.5, 0.25, 0.0, 0.25], [9.5, 10.5, 11.5, 19.5, 20.5]]]
+    assert e["ks_statistic"] == pytest.approx(0.25)
+    # never a family whose KS is worse than the empirical alternative's, and a better family is kept
+    atoms = {"kind": "categorical", "values": list(range(1, 1001)), "probs": [0.001] * 1000}
+    family = {"kind": "continuous", "family": "uniform", "params": [0.5, 1000.0], "gof": {"ks": 0.3, "ks_p": 0.0}}
+    worse = length_marginal({**atoms, "scipy_fallback": family})
+    assert worse["type"] == "rv_histogram" and worse["ks_statistic"] == pytest.approx(0.0005)
+    assert worse["parametric_alternative"]["type"] == "uniform"
+    better = length_marginal({**atoms, "scipy_fallback": {**family, "gof": {"ks": 0.0001, "ks_p": 1.0}}})
+    assert better["type"] == "uniform" and better["ks_statistic"] == 0.0001
+
+
+def test_multiturn_records_carry_upstreams_replay_fields(multi, tmp_path: Path) -> None:
+    files = export(multi, "polytrace-v2", tmp_path, seed=3)
+    assert sorted(p.name for p in files) == [f"multiturn_workload_step_{k}.jsonl" for k in range(4)]
+    recs = [json.loads(x) for x in files[0].read_text().splitlines()]
+    assert len(recs) == 32  # prompts x samples of the source batch
+    for r in recs:
+        turns, calls = r["turns"], r["tool_calls"]
+        assert turns[0]["generation_prompt_len"] == r["prompt_len"]
+        for a, b in zip(turns, turns[1:], strict=False):
+            # the next turn starts exactly where this turn's appends end
+            appended = a["assistant_append_len"] + sum(c["append_len"] for c in calls if c["turn"] == a["turn"])
+            assert b["generation_prompt_len"] == a["generation_prompt_len"] + appended == b["prompt_tokens"]
+        assert all(t["assistant_loss_len"] == t["assistant_append_len"] == t["completion_tokens"] for t in turns)
+        assert all(c["loss_len"] == 0 and c["append_len"] >= c["response_token_len"] for c in calls)
+        rle = r["response_loss_mask_rle"]
+        assert sum(n for _, n in rle) == r["final_response_len"]
+        assert all(v1 != v2 for (v1, _), (v2, _) in zip(rle, rle[1:], strict=False))  # adjacent runs merged

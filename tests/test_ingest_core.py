@@ -104,6 +104,16 @@ def test_bad_files_are_recorded_and_the_rest_lands(tmp_path: Path, warehouse: Pa
     assert sf.filter(pl.col("status") == "error")["error"].str.len_chars().min() > 0
 
 
+def test_a_partial_file_says_how_many_lines_and_the_first_reason(tmp_path: Path, warehouse: Path) -> None:
+    run = _run(tmp_path, "r", {"mixed.log": "step:1 - a/b:1.0\nstep:x - a/b:2.0\nstep:y - a/b:3.0\nstep:2 - a/b:4.0\n",
+                               "good.log": _verl_log(2)})
+    by = {f.path: f for f in ingest_run(run, warehouse).files}
+    assert by["mixed.log"].status == "partial"
+    assert by["mixed.log"].error == ("2 line(s) rejected; first: malformed step line: step 'x' is not an integer "
+                                     "(see rejects)")
+    assert by["good.log"].status == "ok" and by["good.log"].error is None
+
+
 def test_catalog_file_has_every_table_by_name(tmp_path: Path, warehouse: Path) -> None:
     ingest_run(_run(tmp_path, "r", {"a.log": _verl_log(2)}), warehouse)
     con = duckdb.connect(str(catalog_path(warehouse)), read_only=True)

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from analyses.ingest import ingest_run
+from analyses.readers.base import UnreadableFile
 from analyses.readers.cluster_util import ClusterUtilLongReader, ClusterUtilWideReader
 from analyses.warehouse import scan_table
 from tests._telemetry_util import FIX, run
@@ -83,11 +84,23 @@ def test_tar_gz_member_equal_to_extracted_sibling_is_skipped(tmp_path):
     arc = tmp_path / "util.tar.gz"
     _tar(arc, {"util.csv": data})
     (tmp_path / "util.csv").write_bytes(data)
-    _, t, s, _ = run(arc)
+    both = frozenset({arc, tmp_path / "util.csv"})
+    _, t, s, _ = run(arc, run_files=both)
     assert t == {"lines": 8, "rows_ok": 0, "rows_rejected": 0, "rows_skipped": 8} and s.height == 0
-    (tmp_path / "util.csv").write_bytes(data.replace(b"20.0", b"21.0"))  # same size, other bytes
-    _, t, s, _ = run(arc)
+    # the copy lies beside the archive on disk but is not one of the run's files: read the archive
+    _, t, s, _ = run(arc, run_files=frozenset({arc}))
     assert t["rows_ok"] == 3
+    (tmp_path / "util.csv").write_bytes(data.replace(b"20.0", b"21.0"))  # same size, other bytes
+    _, t, s, _ = run(arc, run_files=both)
+    assert t["rows_ok"] == 3
+
+
+def test_wide_header_naming_one_gpu_twice_fails_the_file(tmp_path):
+    # found by the long fuzz run: polars raised DuplicateError from inside the reader
+    p = tmp_path / "wide_dup.csv"
+    p.write_text("Time,10.0.0.1-0,10.0.0.1-0,10.0.0.2-0\n2023-07-01 00:00:00,95.0,3.0,50\n")
+    with pytest.raises(UnreadableFile, match="header names column '10.0.0.1-0' twice"):
+        run(p)
 
 
 def test_sniffers_are_strict():
@@ -128,6 +141,9 @@ def test_real_alibaba_dir_with_archive_ingests_once(real_file, warehouse, tmp_pa
     shutil.copy(d / "pod_gpu_duty_cycle_anon.tar.gz", solo)
     rep = ingest_run(solo, warehouse)
     assert rep.files[0].rows_out == 157417 and rep.files[0].rows_ok == 157417
+    # and so does the archive given as a single-file run, its extracted copy beside it on disk
+    rep = ingest_run(d / "pod_gpu_duty_cycle_anon.tar.gz", warehouse, run_id="archive-alone")
+    assert (rep.files[0].rows_ok, rep.files[0].rows_out, rep.files[0].rows_skipped) == (157417, 157417, 1)
 
 
 def test_gzipped_csv_and_small_stream_blocks(tmp_path, monkeypatch):

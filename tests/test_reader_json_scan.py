@@ -66,3 +66,12 @@ def test_too_complex_counts_values_outside_strings() -> None:
         '{"text": "' + "," * 50 + '"}',  # commas inside a string are no values
     ]})
     assert too_complex(lines, 127, 10).to_list() == [None, REASON_TOO_MANY.format(10), None]
+
+
+def test_document_shape_counts_depth_and_values_outside_strings() -> None:
+    from analyses.readers.json_scan import document_shape
+
+    # by hand: {"a": [1, 2, {"b": "x,y"}], "c": 3} -> depth 3 ({ [ {), commas outside strings 3 -> 4 values
+    assert document_shape(b'{"a": [1, 2, {"b": "x,y"}], "c": 3}') == (3, 4)
+    assert document_shape(b"7") == (0, 1)
+    assert document_shape(b'"[[[,,,"') == (0, 1)  # brackets and commas inside a string do not count

@@ -230,3 +230,19 @@ def test_dmon_header_naming_a_column_twice_does_not_fail_the_file(tmp_path) -> N
     assert sum(c.rows_ok for c in chunks) == 2
     s = pl.concat([c.tables["gpu_samples"] for c in chunks])
     assert sorted(s.filter(pl.col("metric") == "xx")["value"].to_list()) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_dmon_header_of_more_fields_than_dmon_prints_rejects_its_rows(tmp_path) -> None:
+    # found by the long fuzz run: a 262 KB "# gpu ..." line of 40,000 fields took 1.4 GB and 3.5 s
+    from analyses.manifest import load_manifest
+    from analyses.readers import read_file
+    from analyses.readers.base import FileContext
+    from analyses.readers.nvidia_smi import DMON_MAX_FIELDS, NvidiaSmiDmonReader
+
+    path = tmp_path / "dmon.txt"
+    names = " ".join(["gpu"] + ["pwr"] * DMON_MAX_FIELDS)
+    path.write_text(f"# {names}\n    0    50\n# gpu pwr\n# Idx W\n    0    51\n")
+    chunks = list(read_file(NvidiaSmiDmonReader(), FileContext("r", path, "dmon.txt", load_manifest(tmp_path))))
+    assert [sum(getattr(c, k) for c in chunks) for k in ("lines", "rows_ok", "rows_rejected", "rows_skipped")] == [5, 1, 1, 3]
+    reasons = pl.concat([c.rejects for c in chunks if c.rejects is not None])["reason"].to_list()
+    assert reasons == [f"its dmon header has {DMON_MAX_FIELDS + 1} fields, over {DMON_MAX_FIELDS}: not a dmon table"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from analyses.api import PolyTrace
 from analyses.ingest import ingest_run
 from analyses.manifest import load_manifest
 from analyses.readers import detect
@@ -201,6 +202,26 @@ def test_dicts_without_progress_bar_use_logging_steps() -> None:
     ]
 
 
+def test_absurd_bar_elapsed_time_is_no_step_time_and_no_timestamp() -> None:
+    # a fuzzed bar "6e30:00" overflowed the step's timestamp (a strict cast error failed the file)
+    from analyses.readers.trl_console import MAX_ELAPSED_S, _plausible_elapsed
+
+    x = pl.DataFrame({"s": [0.0, 12.5, MAX_ELAPSED_S, MAX_ELAPSED_S + 1, 6e30, float("inf"), float("nan"), -1.0]})
+    out = x.select(_plausible_elapsed(pl.col("s")))["s"].to_list()
+    assert out == [0.0, 12.5, MAX_ELAPSED_S, None, None, None, None, None]
+
+
+def test_log_dict_sniff_is_linear_in_the_line() -> None:
+    from analyses.readers.trl_console import has_log_dict
+
+    assert has_log_dict("  5%|▌ | 1/20 [00:03<01:00] {'loss': 0.1, 'epoch': 0.05}\r")
+    assert not has_log_dict("{'epoch': 0.05}")  # no key before the epoch
+    assert not has_log_dict("{'loss': 0.1, 'epoch': 0.05} and more")
+    # a fuzzed 512 KB line of this shape took the old regex minutes; the check is one pass
+    line = "{'a': 'x" + "{'b': " * 80_000 + "'epoch': 1"
+    assert not has_log_dict(line) and has_log_dict(line + "}")
+
+
 def test_sniff_needs_a_log_dict(tmp_path: Path) -> None:
     r = TrlConsoleReader()
     p = tmp_path / "x.log"
@@ -229,7 +250,6 @@ def test_unsloth_run_directory_lines_up_gpu_samples(real_file, tmp_path: Path) -
     """An Unsloth run directory - the console log and nvidia-smi's CSV beside it, with an
     ``index`` column and ``[N/A]`` temperatures (a vGPU) - gets step windows and per-step GPU
     utilization like a verl run. The CSV is made here: 30% busy in step 1's window, 80% in step 2's."""
-    from analyses.alignment import step_gpu_utilization
 
     run = tmp_path / "unsloth_run"
     run.mkdir()
@@ -253,7 +273,7 @@ def test_unsloth_run_directory_lines_up_gpu_samples(real_file, tmp_path: Path) -
         (1, datetime(2025, 12, 17, 12, 22, 31, tzinfo=UTC), datetime(2025, 12, 17, 12, 33, 15, tzinfo=UTC), "log_ts_minus_step_time"),
         (2, datetime(2025, 12, 17, 12, 33, 15, tzinfo=UTC), datetime(2025, 12, 17, 12, 41, 6, tzinfo=UTC), "log_ts_minus_step_time"),
     ]
-    util = step_gpu_utilization(scan_table(wh, "gpu_samples"), scan_table(wh, "step_windows"))
+    util = PolyTrace(wh).view("gpu_step_utilization").sort("step")
     assert util["mean_util_pct"].to_list() == [30.0, 80.0]
     # 5-s samples at 12:22:31.123 + 5k s: k = 0..128 in [12:22:31, 12:33:15), k = 129..222 in [12:33:15, 12:41:06)
     assert util["n_samples"].to_list() == [129, 94]

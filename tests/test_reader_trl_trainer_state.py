@@ -13,7 +13,7 @@ import pytest
 
 from analyses.ingest import ingest_run
 from analyses.manifest import RunManifest
-from analyses.readers import detect
+from analyses.readers import detect, limits
 from analyses.readers.base import Chunk, FileContext, UnreadableFile
 from analyses.readers.trl_trainer_state import TrainerStateReader
 from analyses.warehouse import scan_table
@@ -71,6 +71,25 @@ def test_order_rule_when_entries_have_no_step_or_epoch(tmp_path: Path) -> None:
     (c,) = _read(p)
     assert (c.lines, c.rows_ok, c.rows_rejected) == (3, 2, 1)  # an eval log has no training order
     assert c.tables["step_metrics"].select("step", "metric").rows() == [(10, "loss"), (20, "loss")]
+
+
+def test_document_nested_too_deep_or_too_large_is_refused_before_parsing(tmp_path: Path) -> None:
+    # a fuzzed trainer_state.json with one entry nested 100,000 deep took DuckDB's JSON functions 6.7 GB
+    doc = json.loads(STATE.read_text(encoding="utf-8"))
+    p = tmp_path / "trainer_state.json"
+    text = json.dumps(doc, indent=2, sort_keys=True)
+    p.write_text(text.replace('"log_history": [', '"log_history": [' + "[" * 200 + "]" * 200 + ",", 1))
+    assert detect(p).name == "trl_trainer_state"
+    with pytest.raises(UnreadableFile, match=r"json_too_deep: nested 202 levels, over 127"):
+        _read(p)
+    p.write_text(text)
+    with limits.override(max_json_values=2):  # the document's cap is 4 x the per-record limit
+        with pytest.raises(UnreadableFile, match=r"json_too_large: about \d+ values, over 8"):
+            _read(p)
+    with limits.override(max_document_bytes=100):
+        with pytest.raises(UnreadableFile, match="over the 100-byte document limit"):
+            _read(p)
+    assert _read(p)  # within the limits it reads
 
 
 def test_cut_document_fails_the_file(tmp_path: Path) -> None:

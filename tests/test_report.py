@@ -49,6 +49,18 @@ def test_single_run_has_no_comparison_and_says_what_is_missing(wh: Path, tmp_pat
     assert "agent-b" in text and "math-a" not in text.split("<nav>")[0]
 
 
+def test_progress_hears_a_step_per_section_and_one_for_the_pngs(wh: Path, tmp_path: Path) -> None:
+    events: list[tuple[str, object]] = []
+    runs = PolyTrace(wh).run_ids()[:2]
+    PolyTrace(wh).report(tmp_path / "r.html", runs=runs, png=False,
+                         progress=lambda kind, data: events.append((kind, data.get("runs", data.get("run_id")))))
+    n = len(view_groups()) + 1  # the sections and the comparison of two runs; no PNGs asked
+    assert events[0] == ("start", n) == ("start", R.report_steps(runs, png=False))
+    assert [k for k, _ in events[1:]] == ["run_start", "run_done"] * n
+    assert [r for k, r in events if k == "run_done"][-1] == "comparison"
+    assert R.report_steps(runs[:1], png=True) == len(view_groups()) + 1
+
+
 def test_unknown_run_is_refused(wh: Path, tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="nope"):
         PolyTrace(wh).report(tmp_path / "x.html", runs=["nope"], png=False)

@@ -1,97 +1,140 @@
-"""One directory, several runs (issue 13 item 5): console logs that each start over, wandb run
-folders and PolyTrace workload directories side by side become one run each; a resumed run stays one."""
+"""One directory, several runs (analyses.run_split): which runs a path holds, and that every file
+lands in exactly one of them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
+from analyses.api import PolyTrace
 from analyses.cli import main
+from analyses.ingest import discover_files
+from analyses.manifest import ManifestError, load_manifest
 from analyses.run_split import first_step, plan_runs
 from analyses.warehouse import scan_table
 
 
-def _log(path: Path, steps: range) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("banner\n" + "".join(f"step:{s} - timing_s/step:1.5 - critic/score/mean:0.5\n" for s in steps))
-    return path
+def _log(first: int, n: int = 3) -> str:
+    return "".join(f"step:{s} - timing_s/step:1.5 - timing_s/gen:1.0\n" for s in range(first, first + n))
 
 
-def test_first_step_of_a_console_log_behind_ansi_and_ray_prefixes(tmp_path: Path) -> None:
-    f = tmp_path / "a.log"
-    f.write_text("x\n\x1b[36m(main_task pid=1)\x1b[0m step:7 - a:1\nstep:8 - a:1\n")
-    assert first_step(f) == 7
+def _plan(d: Path) -> list[tuple[str, list[str], str]]:
+    return [(r.run_id, sorted(p.relative_to(d).as_posix() for p in r.only) if r.only is not None else [],
+             r.reason) for r in plan_runs(d)]
 
 
-def test_logs_that_each_start_over_are_separate_runs(tmp_path: Path) -> None:
-    _log(tmp_path / "qwen.log", range(0, 5))
-    _log(tmp_path / "gemma.log", range(1, 3))
-    plan = plan_runs(tmp_path)
-    assert [(r.path.name, r.run_id) for r in plan.runs] == [("gemma.log", "gemma"), ("qwen.log", "qwen")]
-    assert plan.reason == "2 console logs whose steps each start over"
+def test_console_logs_that_start_over_are_runs_and_a_resumed_log_joins_its_run(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / "a_qwen.log").write_text(_log(0))
+    (d / "b_gemma.log").write_text(_log(1))
+    (d / "c_gemma_resumed.log").write_text(_log(120))  # starts at 120: the run before it, resumed
+    (d / "gpu.csv").write_text("timestamp, index, utilization.gpu [%]\n2025/01/01 00:00:00.000, 0, 50 %\n")
+    assert _plan(d) == [
+        ("a_qwen", ["a_qwen.log"], "verl console log"),
+        ("b_gemma", ["b_gemma.log", "c_gemma_resumed.log"], "verl console logs (2, resumed)"),
+        ("logs", ["gpu.csv"], "1 file(s) of no single log"),  # telemetry of no single log: its own run
+    ]
 
 
-def test_a_resumed_run_over_two_logs_stays_one(tmp_path: Path) -> None:
-    _log(tmp_path / "part1.log", range(0, 50))
-    _log(tmp_path / "part2.log", range(45, 90))  # resumed from the step-45 checkpoint
-    assert not plan_runs(tmp_path).split
+def test_one_log_or_a_resumed_pair_stays_one_run(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "train.log").write_text(_log(0))
+    (d / "gpu.csv").write_text("timestamp, index, utilization.gpu [%]\n")
+    assert [r.run_id for r in plan_runs(d)] == ["run"] and plan_runs(d)[0].only is None
+    (d / "train_resumed.log").write_text(_log(50))
+    assert [(r.run_id, r.only) for r in plan_runs(d)] == [("run", None)]
 
 
-def test_two_fresh_logs_and_a_resume_are_ambiguous_and_stay_one_with_a_note(tmp_path: Path) -> None:
-    _log(tmp_path / "a.log", range(0, 5))
-    _log(tmp_path / "b.log", range(0, 5))
-    _log(tmp_path / "c.log", range(5, 9))
-    plan = plan_runs(tmp_path)
-    assert not plan.split and "2 console logs start from step 0/1" in plan.note
+def test_wandb_folders_and_v2_directories_at_any_depth(tmp_path: Path) -> None:
+    d = tmp_path / "project"
+    for w in ("run-20251129_221801-i80f2v90", "run-20251130_144822-gjvwlq13"):
+        (d / "wandb" / w / "files").mkdir(parents=True)
+        (d / "wandb" / w / "files" / "output.log").write_text(_log(1))
+    (d / "profile" / "20260610_092349").mkdir(parents=True)
+    (d / "profile" / "20260610_092349" / "packed_lengths_step_0.jsonl").write_text("")
+    (d / "profile" / "20260610_092349" / "sub").mkdir()  # below a unit: the unit's
+    (d / "profile" / "20260610_092349" / "sub" / "packed_lengths_step_1.jsonl").write_text("")
+    plans = plan_runs(d)
+    assert [(r.run_id, r.path.relative_to(d).as_posix(), r.only, r.reason) for r in plans] == [
+        ("20260610_092349", "profile/20260610_092349", None, "PolyTrace v2 log directory"),
+        ("run-20251129_221801-i80f2v90", "wandb/run-20251129_221801-i80f2v90", None, "wandb run folder"),
+        ("run-20251130_144822-gjvwlq13", "wandb/run-20251130_144822-gjvwlq13", None, "wandb run folder"),
+    ]
 
 
-def test_run_toml_forces_one_run_or_a_split(tmp_path: Path) -> None:
-    _log(tmp_path / "a.log", range(0, 5))
-    _log(tmp_path / "b.log", range(0, 5))
-    (tmp_path / "run.toml").write_text("split_runs = false\n")
-    assert not plan_runs(tmp_path).split
-    (tmp_path / "run.toml").write_text('run_id = "together"\n')
-    assert not plan_runs(tmp_path).split
-    (tmp_path / "run.toml").write_text('run_id = "together"\nsplit_runs = true\n')
-    assert plan_runs(tmp_path).split
+def test_run_toml_forces_either(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / "a.log").write_text(_log(0))
+    (d / "b.log").write_text(_log(0))
+    assert [r.run_id for r in plan_runs(d)] == ["a", "b"]
+    (d / "run.toml").write_text('task = "math"\n')  # a run.toml describes one run
+    assert [r.run_id for r in plan_runs(d)] == ["logs"]
+    (d / "run.toml").write_text('split = "auto"\n')
+    assert [r.run_id for r in plan_runs(d)] == ["a", "b"]
+    (d / "run.toml").write_text('split = "none"\n')
+    assert [r.run_id for r in plan_runs(d)] == ["logs"]
+    (d / "b.log").unlink()
+    (d / "run.toml").write_text('split = "each"\nrun_id = "mine"\n')  # one unit, split anyway
+    assert [r.run_id for r in plan_runs(d)] == ["a"]
+    assert [r.run_id for r in plan_runs(d, run_id="forced")] == ["forced"]
+    (d / "run.toml").write_text('split = "yes"\n')
+    with pytest.raises(ManifestError, match="split: expected one of auto, none, each"):
+        load_manifest(d)
 
 
-def test_wandb_run_folders_and_workload_dirs(tmp_path: Path) -> None:
-    w = tmp_path / "w" / "wandb"
-    _log(w / "run-20251129_221801-i80f2v90" / "files" / "output.log", range(1, 4))
-    _log(w / "run-20251130_144822-gjvwlq13" / "files" / "output.log", range(1, 4))
-    assert [r.run_id for r in plan_runs(tmp_path / "w").runs] == ["run-20251129_221801-i80f2v90",
-                                                                   "run-20251130_144822-gjvwlq13"]
-    p = tmp_path / "dapo"
-    for d in ("20260610_092349", "20260614_023133"):
-        (p / "profile" / d).mkdir(parents=True)
-        (p / "profile" / d / "packed_lengths_step_1.jsonl").write_text("{}\n")
-    plan = plan_runs(p)
-    assert [r.run_id for r in plan.runs] == ["dapo-20260610_092349", "dapo-20260614_023133"]
-    (p / "notes.txt").write_text("x")  # a file outside both: not left out silently, one run
-    assert not plan_runs(p).split and "other files beside them" in plan_runs(p).note
+def test_ids_that_clash_get_a_suffix(tmp_path: Path) -> None:
+    d = tmp_path / "x"
+    d.mkdir()
+    (d / "x.log").write_text(_log(0))
+    (d / "x.log.gz").write_bytes(__import__("gzip").compress(_log(0).encode()))
+    (d / "notes.txt").write_text("hello\n")
+    assert [r.run_id for r in plan_runs(d)] == ["x", "x.log", "x-2"]
+
+
+def test_first_step_of_plain_and_gzip_logs(tmp_path: Path) -> None:
+    import gzip
+
+    (tmp_path / "a.log").write_text("banner\n" * 1000 + _log(7))
+    (tmp_path / "b.log.gz").write_bytes(gzip.compress(_log(3).encode()))
+    (tmp_path / "c.log").write_text("no steps here\n")
+    assert [first_step(tmp_path / n) for n in ("a.log", "b.log.gz", "c.log")] == [7, 3, None]
 
 
 @pytest.mark.real_logs
-def test_real_verl_directory_is_three_runs(real_file, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+def test_real_verl_directory_is_three_runs(real_file, tmp_path: Path) -> None:
+    d = real_file("verl")
     wh = tmp_path / "wh"
-    assert main(["ingest", str(real_file("verl")), "--warehouse", str(wh)]) == 0
+    pt = PolyTrace(wh)
+    reports = [pt.ingest_planned(r, refresh=False) for r in pt.plan_runs(d)]
+    assert [r.run_id for r in reports] == ["GUI-Cursor-Moving_verl_demo", "Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567",
+                                           "gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640"]
+    steps = scan_table(wh, "steps").group_by("run_id").len().sort("run_id").collect().rows()
+    assert steps == [("GUI-Cursor-Moving_verl_demo", 2), ("Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567", 435),
+                     ("gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640", 106)]
+    # nothing superseded any more: the Qwen rows are Qwen's
+    assert scan_table(wh, "source_files").select(pl.col("rows_superseded").sum()).collect().item() == 0
+
+
+@pytest.mark.real_logs
+def test_real_polytrace_tree_every_file_in_exactly_one_run(real_file, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    d = real_file("polytrace")
+    wh = tmp_path / "wh"
+    assert main(["ingest", str(d), "--warehouse", str(wh)]) == 0
     out = capsys.readouterr().out
-    assert "3 console logs whose steps each start over: 3 runs" in out
-    steps = dict(scan_table(wh, "steps").group_by("run_id").len().collect().iter_rows())
-    # step lines: Qwen 0..434, gemma 0..105 (training), GUI 1..2; nothing superseded across them
-    assert steps == {"Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567": 435,
-                     "gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640": 106, "GUI-Cursor-Moving_verl_demo": 2}
-    assert scan_table(wh, "source_files").select("rows_superseded").sum().collect().item() == 0
-
-
-@pytest.mark.real_logs
-def test_real_polytrace_verl_is_two_workload_runs(real_file, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
-    wh = tmp_path / "wh"
-    assert main(["ingest", "--root", str(real_file("polytrace")), "--warehouse", str(wh), "-q"]) == 0
-    runs = sorted(scan_table(wh, "runs").collect()["run_id"])
-    # dataset (fitted parameters only), rllm, search_r1, verl-video, and verl's two DAPO jobs apart
-    assert runs == ["dataset", "rllm", "search_r1", "verl-20260610_092349", "verl-20260614_023133", "verl-video"]
-    n = dict(scan_table(wh, "samples").group_by("run_id").len().collect().iter_rows())
-    assert n["verl-20260610_092349"] == n["verl-20260614_023133"] == 4608
+    assert f"{d}: 6 runs: 20260616_024512 (PolyTrace v2 log directory)" in out
+    sf = scan_table(wh, "source_files").collect()
+    assert sorted(sf["run_id"].unique()) == ["0617_0223", "20260609_033329", "20260610_092349", "20260614_023133",
+                                             "20260616_024512", "polytrace"]
+    # each run's paths are relative to its own directory; mapped back, they are the tree's files once each
+    roots = {r.run_id: r.path for r in plan_runs(d)}
+    read = sorted((roots[rid] / path).relative_to(d).as_posix() for rid, path in sf.select("run_id", "path").rows())
+    assert read == sorted(p.relative_to(d).as_posix() for p in discover_files(d, load_manifest(d)).files)
+    # --run-id forces one run
+    assert main(["ingest", str(d / "verl"), "--warehouse", str(tmp_path / "one"), "--run-id", "dapo", "-q"]) == 0
+    assert scan_table(tmp_path / "one", "runs").collect()["run_id"].to_list() == ["dapo"]

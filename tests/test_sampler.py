@@ -36,7 +36,8 @@ def test_same_seed_same_bytes(workload, tmp_path):
 
 def test_many_seeds_at_once_equal_one_seed_at_a_time(workload):
     # draw_steps (what selection and fidelity score) and generate (what exports write) share every draw
-    d = draw_steps(workload, [2, 5], seeds=[7, 8, 9])
+    # but the level's own uncertainty, which only a forecast's ensemble draws
+    d = draw_steps(workload, [2, 5], seeds=[7, 8, 9], level_uncertainty=False)
     for i, seed in enumerate((7, 8, 9)):
         g = generate(workload, [2, 5], seed=seed).samples
         for j, k in enumerate((2, 5)):
@@ -126,3 +127,12 @@ def test_drift_makes_step_k_look_like_step_k():
     g = pl.concat([generate(w, [0, 11], seed=k).samples for k in range(5)])
     med = g.group_by("step").agg(pl.col("response_tokens").median()).sort("step")["response_tokens"].to_list()
     assert med[1] / med[0] == pytest.approx(np.exp(0.55), rel=0.15)
+
+
+def test_exports_are_at_the_fitted_level_forecasts_draw_its_uncertainty(workload):
+    from analyses.export.sampler import Compiled, replay_level
+
+    c = Compiled(workload)
+    assert replay_level(c, 3, "k", level_uncertainty=False) == ((0.0, c.drift.step_sd), (0.0, c.lat_drift.step_sd))
+    drawn = {replay_level(c, s, "k")[0] for s in range(20)}
+    assert len(drawn) == 20  # every forecast seed draws its own level offset and step sd

@@ -222,6 +222,13 @@ def test_column_schema_and_dtype_names() -> None:
     assert dtype_name(pl.Datetime("ns")) == "Datetime(ns)"
 
 
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_every_contract_column_is_described(table: str) -> None:
+    # the Dagster UI and docs show these: a column without one is a contract gap
+    bare = [name for name, _t, doc in column_schema(table) if not doc or doc == "key column"]
+    assert bare == [], f"{table}: describe {bare} in analyses/schema.py"
+
+
 def test_row_counts(tmp_path: Path) -> None:
     _commit_run(tmp_path, "r1", {"steps": conform(pl.DataFrame({"step": [1, 2, 3]}), "steps")})
     assert partition_rows(tmp_path, "steps", "r1") == 3

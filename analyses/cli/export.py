@@ -10,7 +10,7 @@ from pathlib import Path
 
 from analyses.api import PolyTrace
 from analyses.cli.common import EXIT_OK, Command, UsageError
-from analyses.export.registry import export_formats, format_names
+from analyses.export.registry import ExportError, export_formats, format_names
 from analyses.export.spec import SpecError, read_spec
 
 
@@ -21,10 +21,19 @@ def _arguments(p: argparse.ArgumentParser, required_format: bool) -> None:
     else:
         p.add_argument("--format", choices=format_names(), default="polytrace-v2")
     p.add_argument("--out", type=Path, required=True, help="output directory")
-    p.add_argument("--steps", type=int, default=None, help="steps to generate (default: as many as the run had)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="steps to generate, numbered 0..N-1 (default: the run's full steps, at least 4)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workload", help="only this workload (key or run id)")
     p.add_argument("--step-interval-s", type=float, default=None, help="seconds between steps in request traces (vidur, mooncake)")
+    p.add_argument("--records-per-step", type=int, default=None,
+                   help="samples (trajectories) per generated step, a multiple of the samples per prompt "
+                   "(default: the source batch)")
+    p.add_argument("--vidur-date", default=None,
+                   help="Date column of vidur_replay_trace.csv (default 2023-08-21, vidur's own default)")
+    p.add_argument("--task", default=None,
+                   help="task key of polytrace-params (default: from the data, tool calls -> tool_calling_task, else "
+                   "math_task)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -36,11 +45,15 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if args.steps is not None and args.steps < 1:
         raise UsageError("--steps must be >= 1")
+    options = {k: v for k, v in (("vidur_date", args.vidur_date), ("task", args.task),
+                                 ("records_per_step", args.records_per_step)) if v is not None}
     try:
         files = PolyTrace(None).export(spec, args.format, args.out, steps=args.steps, seed=args.seed,
-                                       workload=args.workload, step_interval_s=args.step_interval_s)
+                                       workload=args.workload, step_interval_s=args.step_interval_s, **options)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from exc
+    except ExportError as exc:
+        raise UsageError(str(exc)) from exc
     print(f"{args.format}: {len(files)} file(s) in {args.out.resolve()}")
     return EXIT_OK
 

@@ -20,6 +20,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seeds per generator and origin (default: the protocol's {len(DEFAULT_SEEDS)}, see docs/spec.md)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compute again even for runs unchanged since their last result (<warehouse>/fits/cache)")
     add_warehouse(p)
 
 
@@ -39,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
     with WorkProgress(not args.quiet and sys.stderr.isatty(), len(runs), "fidelity") as bar:
         for r in runs:
             try:
-                res = pt.fidelity(r, seeds=seeds, progress=bar.event)
+                res = pt.fidelity(r, seeds=seeds, progress=bar.event, cache=not args.no_cache)
             except ValueError as exc:  # too little data to split, fit or score: say so, score the rest
                 print(f"polytrace fidelity: {r}: cannot score: {exc}", file=sys.stderr)
                 continue

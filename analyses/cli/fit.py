@@ -16,6 +16,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="spec file to write")
     p.add_argument("--seed", type=int, default=0, help="seed for subsampling and model selection (default 0)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compute again even for runs unchanged since their last result (<warehouse>/fits/cache)")
     add_warehouse(p)
 
 
@@ -46,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("no run in the warehouse has per-sample lengths to fit")
     n = len(args.runs) if args.runs else len(have)
     with WorkProgress(not args.quiet and sys.stderr.isatty(), n, "fit") as bar:
-        spec = pt.fit(args.runs, seed=args.seed, out=args.out, progress=bar.event)
+        spec = pt.fit(args.runs, seed=args.seed, out=args.out, progress=bar.event, cache=not args.no_cache)
     for key, w in spec["workloads"].items():
         print(workload_line(key, w))
     print(f"spec: {args.out.resolve()}  ({len(spec['workloads'])} workload(s), version {spec['polytrace_spec_version']})")

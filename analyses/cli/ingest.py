@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from analyses.cli.common import EXIT_FAIL, EXIT_OK, Command, UsageError, add_warehouse, warehouse
-from analyses.ingest import iter_run_dirs, resolve_run_id
-from analyses.manifest import ManifestError, RunIdError, load_manifest
+from analyses.ingest import iter_run_dirs
+from analyses.manifest import ManifestError, RunIdError
 from analyses.progress import IngestProgress
-from analyses.run_split import plan_runs
+from analyses.run_split import PlannedRun, plan_runs
 from analyses.warehouse import DEFAULT_LOCK_WAIT_S, CommitRefused, RunLocked
 
 
@@ -42,8 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.wait is not None and args.wait < 0:
         raise UsageError("--wait must be >= 0 seconds")
     show = not args.quiet
-    runs, forced = _expand(runs, args.run_id, show)
-    ids = _run_ids(runs, forced)  # every id checked before anything is written
+    plans = _plan(runs, args.run_id, show)  # every id checked before anything is written
     pt = warehouse(args, must_exist=False)
     progress = IngestProgress(enabled=show and sys.stderr.isatty())
     t0 = time.perf_counter()
@@ -56,10 +55,10 @@ def _run(args: argparse.Namespace) -> int:
         progress.event(kind, data)
 
     with progress:
-        for r, rid in zip(runs, ids, strict=True):
+        for plan in plans:
             try:
-                rep = pt.ingest(r, run_id=rid, progress=on_event, refresh=False,
-                                lock_wait_s=DEFAULT_LOCK_WAIT_S if args.wait is None else args.wait)
+                rep = pt.ingest_planned(plan, progress=on_event, refresh=False,
+                                        lock_wait_s=DEFAULT_LOCK_WAIT_S if args.wait is None else args.wait)
             except RunLocked as exc:
                 raise UsageError(str(exc)) from exc
             except CommitRefused as exc:
@@ -71,54 +70,39 @@ def _run(args: argparse.Namespace) -> int:
                 print("\n".join(rep.summary_lines()))
     pt.refresh_catalog()
     if show:
-        print(f"warehouse: {pt.root.resolve()}  ({len(runs)} run(s), {total_rejects} rejected line(s), "
+        print(f"warehouse: {pt.root.resolve()}  ({len(plans)} run(s), {total_rejects} rejected line(s), "
               f"{time.perf_counter() - t0:.1f}s)")
     return EXIT_FAIL if refused else EXIT_OK
 
 
-def _expand(paths: list[Path], forced: str | None, show: bool) -> tuple[list[Path], list[str | None]]:
-    """Each PATH as its runs (:func:`analyses.run_split.plan_runs`: a directory of several runs
-    becomes one run each, and the ingest says so); ``--run-id`` keeps its PATH one run."""
-    runs: list[Path] = []
-    ids: list[str | None] = []
+def _plan(paths: list[Path], forced: str | None, show: bool) -> list[PlannedRun]:
+    """The runs of every PATH (a directory of several logs is several runs, analyses.run_split);
+    one usage error for a bad run.toml, a bad id or two runs with one id."""
+    out: list[PlannedRun] = []
+    ids: dict[str, Path] = {}
     for p in paths:
         try:
-            plan = plan_runs(p.resolve()) if forced is None else None
-        except ManifestError as exc:
-            raise UsageError(f"{p}: {exc}") from exc
-        if plan is not None and plan.split:
-            if show:
-                print(f"{p}: {plan.reason}: {len(plan.runs)} runs ({', '.join(r.run_id for r in plan.runs)})")
-            runs += [r.path for r in plan.runs]
-            ids += [r.run_id for r in plan.runs]
-            continue
-        if plan is not None and plan.note and show:
-            print(f"{p}: {plan.note}")
-        runs.append(p)
-        ids.append(forced)
-    return runs, ids
-
-
-def _run_ids(runs: list[Path], forced: list[str | None]) -> list[str]:
-    """The run id of each PATH; one usage error for a bad run.toml, a bad id or two PATHs with one id."""
-    ids: dict[str, Path] = {}
-    for r, f in zip(runs, forced, strict=True):
-        try:
-            rid = resolve_run_id(r.resolve(), load_manifest(r.resolve()), f)
+            plans = plan_runs(p, forced)
         except (ManifestError, RunIdError) as exc:
-            raise UsageError(f"{r}: {exc}") from exc
-        if rid in ids:
-            raise UsageError(f"{ids[rid]} and {r} are both run {rid!r}; give one of them another run_id in run.toml")
-        ids[rid] = r
-    return list(ids)
+            raise UsageError(f"{p}: {exc}") from exc
+        if len(plans) > 1 and show:
+            print(f"{p}: {len(plans)} runs: " + ", ".join(f"{r.run_id} ({r.reason})" for r in plans)
+                  + "  [run.toml split = \"none\" keeps them one run]")
+        for r in plans:
+            if r.run_id in ids:
+                raise UsageError(f"{ids[r.run_id]} and {p} both hold run {r.run_id!r}; give one of them another "
+                                 "run_id in run.toml")
+            ids[r.run_id] = p
+            out.append(r)
+    return out
 
 
 COMMAND = Command(
     name="ingest",
     help="ingest runs (directories or files) into the warehouse",
-    description="Ingest each PATH as one run (a directory of logs, or a single file). A directory whose files are "
-    "separate runs (several wandb run-* folders, PolyTrace workload directories side by side, several console logs "
-    "whose steps each start over) becomes one run each, and the ingest says so; split_runs in run.toml forces either. "
+    description="Ingest each PATH as a run (a directory of logs, or a single file); a directory holding several "
+    "separate logs (verl console logs whose steps each start over, wandb run-* folders, PolyTrace v2 log "
+    "directories) is one run per log, and says so (run.toml split = \"none\" | \"each\" | \"auto\" forces it). "
     "Formats are detected by content. Prints, per file, the format and lines parsed/rejected/skipped.",
     epilog="examples:\n  polytrace ingest logs/run-a logs/run-b\n  polytrace ingest --root sample_logs --warehouse /tmp/wh\n"
     "  polytrace ingest train.log --run-id qwen-0.5b",

@@ -18,16 +18,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     add_warehouse(p)
 
 
-def _as_json(col: str) -> pl.Expr:
-    """A nested column as its JSON text, columnar (wrapped in a struct, encoded, the value taken back out)."""
-    return pl.struct(pl.col(col).alias("v")).struct.json_encode().str.json_path_match("$.v").alias(col)
-
-
 def _print(df: pl.DataFrame, fmt: str) -> None:
     if fmt == "csv":
         # CSV has no nested types: lists and structs are written as their JSON text
         nested = [c for c, t in df.schema.items() if isinstance(t, pl.List | pl.Array | pl.Struct)]
-        out = df.with_columns(_as_json(c) for c in nested) if nested else df
+        # (to_list gives plain Python values; map_elements would hand a list cell over as a Series)
+        out = df.with_columns(pl.Series(c, [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()],
+                                        dtype=pl.String) for c in nested) if nested else df
         sys.stdout.write(out.write_csv())
     elif fmt == "json":
         sys.stdout.write(json.dumps(df.to_dicts(), default=str, indent=None) + "\n")

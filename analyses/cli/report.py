@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from analyses.cli.common import EXIT_OK, Command, UsageError, add_warehouse, warehouse
+from analyses.cli.work_progress import WorkProgress
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -14,13 +16,17 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--png-dir", type=Path, help="where PNGs go (default: <out stem>_png beside the HTML)")
     p.add_argument("--no-png", action="store_true", help="skip the PNG export")
     p.add_argument("--all-png", action="store_true", help="export every figure, not only the key ones")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     add_warehouse(p)
 
 
 def _run(args: argparse.Namespace) -> int:
     pt = warehouse(args)
     try:
-        res = pt.report(out=args.out, runs=args.runs, png=not args.no_png, png_dir=args.png_dir, all_pngs=args.all_png)
+        # the number of steps comes with the report's own "start" event
+        with WorkProgress(not args.quiet and sys.stderr.isatty(), 0, "report", unit="steps") as bar:
+            res = pt.report(out=args.out, runs=args.runs, png=not args.no_png, png_dir=args.png_dir,
+                            all_pngs=args.all_png, progress=bar.event)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from exc
     empty = [s.title for s in res.sections if s.empty]

@@ -1,5 +1,6 @@
-"""Terminal progress for ``polytrace fit`` and ``polytrace fidelity``: runs and rolling origins,
-elapsed and remaining time (rich), or nothing (``--quiet``, or stderr not a terminal).
+"""Terminal progress for ``polytrace fit``, ``fidelity`` and ``report``: runs and rolling origins
+(or the report's sections), elapsed and remaining time (rich), or nothing (``--quiet``, or stderr
+not a terminal).
 
 It consumes the events :func:`analyses.fit.runs.fit_runs` and :func:`analyses.fit.fidelity.fidelity`
 send: ``start`` (``runs``), ``run_start`` (``run_id``, ``origins``; 0 when a run has none to
@@ -14,10 +15,11 @@ from typing import Any
 class WorkProgress:
     """Two bars: runs done of all runs, and the current run's origins; silent when disabled."""
 
-    def __init__(self, enabled: bool, runs: int, label: str, console: Any = None) -> None:
+    def __init__(self, enabled: bool, runs: int, label: str, console: Any = None, unit: str = "runs") -> None:
         self.enabled = enabled
         self.runs = runs
         self.label = label
+        self.unit = unit  # what the outer bar counts: runs (fit, fidelity), steps (report)
         self._console = console  # a rich Console; default: stderr
         self._progress: Any = None
         self._all: Any = None
@@ -46,7 +48,7 @@ class WorkProgress:
                 **({"console": self._console} if self._console is not None else {}),
             )
             self._progress.__enter__()
-            self._all = self._progress.add_task(f"{self.label}: runs", total=max(self.runs, 1))
+            self._all = self._progress.add_task(f"{self.label}: {self.unit}", total=max(self.runs, 1))
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -27,17 +27,40 @@ def packed_records(samples: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def multiturn_records(g: Generated, cap: float | None) -> pl.DataFrame:
+def multiturn_records(g: Generated, cap: float | None, overhead_tokens: float = 0.0) -> pl.DataFrame:
+    """One row per trajectory, with every field upstream's multi-turn replay uses
+    (``_async_replay_workload_request``): each turn starts at ``generation_prompt_len`` (its context),
+    grows by ``assistant_append_len`` (the completion, all of it in the loss:
+    ``assistant_loss_len``) and by each of its tool calls' ``append_len`` (the tool's response and
+    its ``overhead_tokens`` of chat template, none in the loss: ``loss_len`` 0), so the next turn's
+    context is exactly where the appends end and a replay prefills exactly the turns' own
+    ``prompt_tokens``; ``response_loss_mask_rle`` is the same account as ``[in_loss, tokens]`` runs,
+    cut at ``final_response_len``."""
     assert g.turns is not None and g.tool_calls is not None
     keys = ["step", "group", "sample_index"]
-    turns = g.turns.sort(*keys, "turn").group_by(keys, maintain_order=True).agg(
-        turns=pl.struct("turn", "prompt_tokens", "cached_tokens", "completion_tokens", "finish_reason", "tool_call_count",
-                        "engine_latency_s")
+    per_call = int(round(overhead_tokens))
+    t = g.turns.sort(*keys, "turn").with_columns(next_prompt=pl.col("prompt_tokens").shift(-1).over(keys))
+    c = g.tool_calls.sort(*keys, "turn", "call_index").with_columns(
+        base=pl.col("response_tokens") + per_call, last=pl.col("call_index") == pl.col("call_index").max().over(*keys, "turn"))
+    # the turn's tool appends end at the next turn's context; the last call of the turn takes the rounding
+    grown = t.select(*keys, "turn", grown=pl.col("next_prompt") - pl.col("prompt_tokens") - pl.col("completion_tokens"))
+    c = c.join(grown, on=[*keys, "turn"], how="left").with_columns(
+        append_len=pl.when(pl.col("last") & pl.col("grown").is_not_null())
+        .then(pl.max_horizontal(pl.col("grown") - (pl.col("base").sum() - pl.col("base")).over(*keys, "turn"), pl.lit(0)))
+        .otherwise(pl.col("base")).cast(pl.Int64))
+    turns = t.group_by(keys, maintain_order=True).agg(
+        turns=pl.struct(
+            "turn", pl.col("prompt_tokens").alias("generation_prompt_len"), "prompt_tokens", "cached_tokens",
+            "completion_tokens", pl.col("completion_tokens").alias("assistant_append_len"),
+            pl.col("completion_tokens").alias("assistant_loss_len"), "finish_reason", "tool_call_count", "engine_latency_s",
+        )
     )
-    calls = g.tool_calls.sort(*keys, "turn", "call_index").group_by(keys, maintain_order=True).agg(
-        tool_calls=pl.struct("turn", "tool_name", "latency_s", pl.col("response_tokens").alias("response_token_len"), "status")
+    calls = c.group_by(keys, maintain_order=True).agg(
+        tool_calls=pl.struct("turn", "tool_name", "latency_s", pl.col("response_tokens").alias("response_token_len"),
+                             "append_len", loss_len=pl.lit(0, pl.Int64), status="status")
     )
     s = g.samples.join(turns, on=keys, how="left").join(calls, on=keys, how="left")
+    s = s.join(_loss_mask_rle(t, c, g.samples, keys), on=keys, how="left")
     return s.sort(*keys).select(
         "step",
         prompt_len="prompt_tokens",
@@ -46,12 +69,27 @@ def multiturn_records(g: Generated, cap: float | None) -> pl.DataFrame:
         tool_calls=pl.col("tool_calls").fill_null(pl.lit([], dtype=calls.schema["tool_calls"])),
         finish_reason=pl.when(pl.col("truncated")).then(pl.lit("length")).otherwise(pl.lit("stop")),
         final_response_len="response_tokens",
+        response_loss_mask_rle="response_loss_mask_rle",
         turn_count="n_turns",
         tool_call_count="n_tool_calls",
         validate=pl.lit(False),
         prompt_group_id="group",
         sample_id="sample_index",
     )
+
+
+def _loss_mask_rle(turns: pl.DataFrame, calls: pl.DataFrame, samples: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Per trajectory, ``[[1, completion], [0, tool append], ...]`` in order, adjacent equal values
+    merged, cut at the sample's ``response_tokens`` (its ``final_response_len``)."""
+    runs = pl.concat([
+        turns.select(*keys, "turn", k=pl.lit(0, pl.Int64), v=pl.lit(1, pl.Int64), n=pl.col("completion_tokens").cast(pl.Int64)),
+        calls.select(*keys, "turn", k=pl.col("call_index").cast(pl.Int64) + 1, v=pl.lit(0, pl.Int64), n="append_len"),
+    ]).sort(*keys, "turn", "k")
+    runs = runs.join(samples.select(*keys, final="response_tokens"), on=keys).with_columns(end=pl.col("n").cum_sum().over(keys))
+    runs = runs.with_columns(n=pl.min_horizontal(pl.col("n"), pl.max_horizontal(pl.col("final") - (pl.col("end") - pl.col("n")), 0)))
+    runs = runs.filter(pl.col("n") > 0).with_columns(run=(pl.col("v") != pl.col("v").shift(1)).fill_null(True).cum_sum().over(keys))
+    merged = runs.group_by(*keys, "run", maintain_order=True).agg(pl.col("v").first(), pl.col("n").sum())
+    return merged.group_by(keys, maintain_order=True).agg(response_loss_mask_rle=pl.concat_list("v", "n"))
 
 
 def request_timeline(g: Generated, w: dict[str, Any], step_interval_s: float | None) -> pl.DataFrame:

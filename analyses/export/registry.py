@@ -6,16 +6,28 @@ table, the Dagster asset and the conformance suite all read this list.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
 from analyses.export import formats as formats_pkg
 from analyses.export.sampler import Generated, generate, steps_for
+
+
+class ExportError(ValueError):
+    """A spec that lacks what a format needs: one line naming the missing part."""
+
+
+# upstream PolyTrace's benchmark configs replay up to 4 steps (step_groups "0;1;2;3"): an export of a
+# run with fewer full steps (Search-R1 kept one) still holds that many
+MIN_EXPORT_STEPS = 4
 
 
 @dataclass
@@ -29,12 +41,22 @@ class ExportJob:
     seed: int = 0
     steps: int | None = None
     step_interval_s: float | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # format-specific (vidur_date, task, ...)
 
     @cached_property
     def generated(self) -> Generated:
-        """The workload's steps drawn with the seeded sampler (same seed, same bytes)."""
+        """The workload's steps drawn with the seeded sampler (same seed, same bytes): ``steps``, by
+        default the source run's full steps and at least :data:`MIN_EXPORT_STEPS`; with the
+        ``records_per_step`` option, that many samples (trajectories) per step."""
         w = self.workload
-        n = self.steps if self.steps is not None else int(w["batch"].get("n_steps", 1))
+        n = self.steps if self.steps is not None else max(int(w["batch"].get("n_steps", 1)), MIN_EXPORT_STEPS)
+        per = self.options.get("records_per_step")
+        if per is not None:
+            k = int(w["batch"].get("samples_per_prompt") or 1)
+            if int(per) < 1 or int(per) % k:
+                raise ExportError(f"--records-per-step {per}: must be a positive multiple of the workload's {k} samples "
+                                  "per prompt")
+            w = {**w, "batch": {**w["batch"], "prompts_per_step": int(per) // k}}
         return generate(w, steps_for(w, n), self.seed, key=self.key)
 
 
@@ -90,11 +112,31 @@ def workload_dirs(spec: dict[str, Any], out: Path, only: str | None = None) -> l
 
 
 def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = None, seed: int = 0,
-           workload: str | None = None, step_interval_s: float | None = None) -> list[Path]:
-    """Write ``fmt`` for every workload of ``spec`` under ``out``; returns the files written."""
+           workload: str | None = None, step_interval_s: float | None = None, **options: Any) -> list[Path]:
+    """Write ``fmt`` for every workload of ``spec`` under ``out``; returns the files written.
+
+    Everything is written into a private directory beside ``out`` first and moved in only when
+    every workload was written: a spec that lacks what the format needs raises
+    :class:`ExportError` and leaves ``out`` as it was. ``options`` are the format's own
+    (``vidur_date``, ``task``, ``records_per_step``, ...)."""
     f = export_format(fmt)
-    written: list[Path] = []
-    for key, w, d in workload_dirs(spec, out, workload):
-        d.mkdir(parents=True, exist_ok=True)
-        written.extend(f.write(ExportJob(key, w, spec, d, seed, steps, step_interval_s)))
-    return written
+    dirs = workload_dirs(spec, out, workload)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    moves: list[tuple[Path, Path]] = []
+    try:
+        for key, w, d in dirs:
+            sd = stage / d.relative_to(out)
+            sd.mkdir(parents=True, exist_ok=True)
+            try:
+                files = f.write(ExportJob(key, w, spec, sd, seed, steps, step_interval_s, dict(options)))
+            except KeyError as exc:
+                raise ExportError(f"{fmt}: workload {key!r} of the spec has no {exc.args[0]!r}, which this format "
+                                  "needs (fit the run again with this version)") from exc
+            moves += [(p, d / p.relative_to(sd)) for p in files]
+        for src, dst in moves:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return [dst for _, dst in moves]

@@ -62,6 +62,16 @@ def runs_with_steps(root: Path) -> list[str]:
     return sorted(df["run_id"].to_list())
 
 
+def has_samples(root: Path, run_id: str) -> bool:
+    """Whether the run has per-sample lengths (reads only that run's files)."""
+    return scan_table(root, "samples", [run_id]).filter(pl.col("response_tokens").is_not_null()).head(1).collect().height > 0
+
+
+def has_step_times(root: Path, run_id: str) -> bool:
+    """Whether the run has a step log with generation times (reads only that run's files)."""
+    return scan_table(root, "steps", [run_id]).filter(pl.col("gen_time_s").is_not_null()).head(1).collect().height > 0
+
+
 def runs_with_samples(root: Path) -> list[str]:
     """Runs that have per-sample lengths (the ones a workload can be fitted to)."""
     df = scan_table(root, "samples").filter(pl.col("response_tokens").is_not_null()).select("run_id").unique().collect()

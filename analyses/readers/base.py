@@ -30,6 +30,9 @@ class FileContext:
     path: Path  # absolute path of the file
     rel_path: str  # path as recorded in source_files / rejects
     manifest: RunManifest
+    # every file this ingest reads for the run (absolute paths): what a reader may compare the
+    # file with; a file beside it on disk that is not one of them is not the run's business
+    run_files: frozenset[Path] = frozenset()
 
 
 @dataclass

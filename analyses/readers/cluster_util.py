@@ -23,9 +23,10 @@ parsed. Blank lines are skipped. Reading is columnar, ``LINE_CHUNK`` lines at a 
 
 ``.tar.gz``/``.tgz``/``.tar`` archives (the Alibaba trace ships as one) are read member by member,
 streamed: CSV members in the sniffed layout are parsed, other members' lines are skipped. A member
-whose bytes equal a file beside the archive (same name, same size, same sha256 - the archive's
-own extracted copy) is skipped whole (its lines count as skipped) so the run does not hold every
-sample twice; an archive alone still ingests. Line numbers run on across members.
+whose bytes equal a file of the same run beside the archive (same name, same size, same sha256 -
+the archive's own extracted copy) is skipped whole (its lines count as skipped) so the run does
+not hold every sample twice; an archive ingested on its own (or without its copy among the run's
+files) reads every member, whatever lies beside it on disk. Line numbers run on across members.
 """
 
 from __future__ import annotations
@@ -141,9 +142,9 @@ def _sha256_stream(fh) -> str:
     return h.hexdigest()
 
 
-def _is_extracted_copy(tf: tarfile.TarFile, member: tarfile.TarInfo, archive: Path) -> bool:
+def _is_extracted_copy(tf: tarfile.TarFile, member: tarfile.TarInfo, archive: Path, run_files: frozenset[Path]) -> bool:
     sibling = archive.parent / PurePosixPath(member.name).name
-    if not sibling.is_file() or sibling.stat().st_size != member.size:
+    if sibling not in run_files or not sibling.is_file() or sibling.stat().st_size != member.size:
         return False
     fh = tf.extractfile(member)
     if fh is None:
@@ -161,12 +162,12 @@ def _count_lines(fh) -> int:
 
 
 def iter_sources(
-    path: Path, accepts, chunk_lines: int = LINE_CHUNK
+    path: Path, accepts, chunk_lines: int = LINE_CHUNK, run_files: frozenset[Path] = frozenset()
 ) -> Iterator[tuple[str, Iterator[pl.DataFrame] | None, int]]:
     """(name, line batches or None when skipped, lines of a skipped member) per CSV source in
     ``path``: the file itself, or each member of a tar archive. ``accepts(header)`` says
-    whether a member's first line is in this reader's layout. Consume each member's batches
-    before asking for the next member."""
+    whether a member's first line is in this reader's layout; a member whose extracted copy is
+    one of ``run_files`` is skipped. Consume each member's batches before asking for the next."""
     if not tarfile.is_tarfile(path):
         yield path.name, line_frames(path, chunk_lines), 0
         return
@@ -190,7 +191,7 @@ def iter_sources(
                 if (
                     not member.name.lower().endswith((".csv", ".txt"))
                     or not accepts(first)
-                    or _is_extracted_copy(tf, member, path)
+                    or _is_extracted_copy(tf, member, path, run_files)
                 ):
                     n = _count_lines(fh)
                     consumed[0] += n
@@ -243,7 +244,7 @@ def _read(ctx: FileContext, layout_of, kind: str, clock_keys: list[str], chunk) 
     layout, then every batch goes through ``chunk(batch, body, skipped, layout, metric, factor,
     tz, clock)``; a skipped archive member is one chunk of skipped lines."""
     tz = manifest_timezone(ctx.manifest)
-    for name, batches, n_skip in iter_sources(ctx.path, lambda h: layout_of(h) is not None):
+    for name, batches, n_skip in iter_sources(ctx.path, lambda h: layout_of(h) is not None, run_files=ctx.run_files):
         if batches is None:
             yield Chunk(lines=n_skip, rows_skipped=n_skip)
             continue
@@ -256,8 +257,22 @@ def _read(ctx: FileContext, layout_of, kind: str, clock_keys: list[str], chunk) 
                 layout = layout_of(batch["line"][0])
                 if layout is None:
                     raise UnreadableFile(f"{name}: header is not a {kind} utilization table")
+                dup = _duplicate_column(layout)
+                if dup is not None:  # two columns for one GPU: which value is its would be a guess
+                    raise UnreadableFile(f"{name}: header names column {dup!r} twice")
                 body, skipped = batch.slice(1), 1
             yield chunk(batch, body, skipped, layout, metric, factor, tz, clock)
+
+
+def _duplicate_column(layout: list[str] | dict[str, int]) -> str | None:
+    if not isinstance(layout, list):
+        return None  # the long layout's roles are unique by construction
+    seen: set[str] = set()
+    for c in layout:
+        if c in seen:
+            return c
+        seen.add(c)
+    return None
 
 
 def _clock_split(d: pl.DataFrame, clock: SeriesClock, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -96,6 +96,15 @@ def max_depth(data: bytes) -> int:
     return int(st.depth.max()) if st.depth.size else 0
 
 
+def document_shape(data: bytes) -> tuple[int, int]:
+    """(deepest nesting, values) of one JSON text, values counted as the separators outside
+    strings plus one: what a parser will hold, known before any parser sees the text."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    st = structure(buf)
+    commas = int(np.count_nonzero((buf == 44) & st.outside))
+    return (int(st.depth.max()) if st.depth.size else 0), commas + 1
+
+
 def too_complex(lines: pl.DataFrame, depth_limit: int, values_limit: int, col: str = "line") -> pl.Series:
     """Per row of ``lines``: the reason its JSON text must not be parsed (nested deeper than
     ``depth_limit``, or more than ``values_limit`` values: commas outside strings + 1), else null.

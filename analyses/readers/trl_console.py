@@ -107,7 +107,7 @@ _HEADER_TIME = r"^\s*(?:[-*]\s*)?Time:\s*(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}
 _NAME_STAMP = re.compile(r"(?<!\d)(\d{4})(\d{2})(\d{2})[-_](\d{2})(\d{2})(\d{2})(?!\d)")
 _IDX_BITS = 24  # a state's order in the file: line_no << 24 | position in the line
 
-_SNIFF_DICT = re.compile(r"\{'[^'\n]+': [^\n]*'epoch': [^\n]*\}[ \t\r]*$", re.M)
+_SNIFF_KEY = re.compile(r"\{'[^'\n]{1,200}': ")
 
 _TS_DTYPE = pl.Datetime("us", "UTC")
 _PAIR_SCHEMA = {"line_no": pl.Int64, "pos": pl.Int64, "key": pl.String, "v": pl.String}
@@ -116,6 +116,15 @@ _STATE_SCHEMA = {
     "rate_s": pl.Float64,
 }
 _LINE_SCHEMA = {"line_no": pl.Int64, "status": pl.String, "reason": pl.String, "line": pl.String}
+
+
+def has_log_dict(line: str) -> bool:
+    """Whether ``line`` ends in a trainer log dict: ``{'key': ...'epoch': ...}`` closing the line.
+    Linear in the line (one regex of the form ``{'..'..'epoch'..}$`` backtracked for minutes over a
+    fuzzed 512 KB line): the last ``'epoch': ``, a ``}`` at the end, a ``{'key': `` before it."""
+    s = line.rstrip(" \t\r")
+    at = s.rfind(_EPOCH)
+    return at >= 0 and s.endswith("}") and _SNIFF_KEY.search(s, 0, at) is not None
 
 
 class TrlConsoleReader(ReaderBase):
@@ -128,7 +137,7 @@ class TrlConsoleReader(ReaderBase):
         self.batch_lines = batch_lines
 
     def sniff(self, head: str, path: Path) -> bool:
-        return _EPOCH in head and bool(_SNIFF_DICT.search(head))
+        return _EPOCH in head and any(has_log_dict(line) for line in head.splitlines() if _EPOCH in line)
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         examined: list[pl.DataFrame] = []  # per examined line: status, reason
@@ -241,9 +250,11 @@ def _training_states(lines: pl.DataFrame) -> pl.DataFrame:
             ord=(pl.col("line_no") * (1 << _IDX_BITS)) + pl.col("idx").clip(upper_bound=(1 << _IDX_BITS) - 2),
             n=pl.col("3").cast(pl.Int64, strict=False),
             total=pl.col("4").cast(pl.Int64, strict=False),
-            elapsed_s=pl.col("el").struct.field("1").cast(pl.Float64, strict=False).fill_null(0.0) * 3600
-            + pl.col("el").struct.field("2").cast(pl.Float64, strict=False) * 60
-            + pl.col("el").struct.field("3").cast(pl.Float64, strict=False),
+            elapsed_s=_plausible_elapsed(
+                pl.col("el").struct.field("1").cast(pl.Float64, strict=False).fill_null(0.0) * 3600
+                + pl.col("el").struct.field("2").cast(pl.Float64, strict=False) * 60
+                + pl.col("el").struct.field("3").cast(pl.Float64, strict=False)
+            ),
             rate_s=pl.when(rate_u == "s/it").then(rate_v).when((rate_u == "it/s") & (rate_v > 0)).then(1.0 / rate_v),
         )
         .filter(pl.col("n").is_not_null() & pl.col("total").is_not_null())
@@ -397,6 +408,12 @@ def _bar_steps(bar: pl.DataFrame, anchor: datetime | None) -> tuple[pl.DataFrame
 
 
 _SM_TYPES = (pl.Int64, pl.String, pl.Float64, pl.String, pl.Boolean, pl.Int64)
+# a bar's elapsed time beyond a year is a corrupt line, not a run (its timestamp would overflow)
+MAX_ELAPSED_S = 366 * 86400.0
+
+
+def _plausible_elapsed(seconds: pl.Expr) -> pl.Expr:
+    return pl.when(seconds.is_finite() & (seconds >= 0) & (seconds <= MAX_ELAPSED_S)).then(seconds)
 
 
 def _logging_steps(manifest: RunManifest) -> int:

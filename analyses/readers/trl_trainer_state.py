@@ -20,7 +20,10 @@ Rules (line accounting unit: one ``log_history`` entry):
   bookkeeping; ``train_runtime``, ``train_samples_per_second``, ``train_steps_per_second``,
   ``train_loss``, ``total_flos`` describe the run, not a step, and are not stored. An entry left
   with no metric (the summary alone) is skipped; every other entry is parsed.
-* The document is read whole (it is one JSON value); one that does not parse fails the file.
+* The document is read whole (it is one JSON value); one that does not parse fails the file, and
+  so does one over the document size limit, nested deeper than the JSON depth limit or holding
+  more values than a parser should hold (:func:`check_document`; limits in
+  :mod:`analyses.readers.limits`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from analyses.readers import limits
 from analyses.readers.base import (
     METRIC_SOURCE_STRUCTURED,
     Chunk,
@@ -47,6 +51,7 @@ from analyses.readers.flat_metrics import (
     leaf_value,
     log_dropped,
 )
+from analyses.readers.json_scan import document_shape
 from analyses.readers.trl_console import BOOKKEEPING_KEYS, SUMMARY_KEYS
 from analyses.steps import canonical_metric, is_validation_metric, resolve_alias_collisions
 
@@ -78,6 +83,7 @@ class TrainerStateReader(ReaderBase):
         return head.lstrip().startswith("{") and '"log_history"' in head and '"global_step"' in head
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
+        check_document(ctx.path)
         con, src = connect(), connect()  # src streams the entries while con flattens them
         dropped: dict[str, int] = {}
         try:
@@ -97,6 +103,27 @@ class TrainerStateReader(ReaderBase):
             src.close()
             con.close()
         log_dropped(self.name, ctx.rel_path, dropped)
+
+
+# a long run's log_history: 10,000 entries x 40 metrics; DuckDB holds ~200 bytes per JSON value
+DOCUMENT_VALUES_PER_RECORD_LIMIT = 4
+
+
+def check_document(path: Path) -> None:
+    """Refuse a document DuckDB's JSON functions would parse at any cost: over the document size
+    limit, nested deeper than the JSON depth limit (a fuzzed 600 KB document nested thousands deep
+    took 6.7 GB), or holding more than ``DOCUMENT_VALUES_PER_RECORD_LIMIT`` x the per-record value
+    limit. The document is one value, so it cannot be cut into records before a parser sees it."""
+    lim = limits.current()
+    size = path.stat().st_size
+    if size > lim.max_document_bytes:
+        raise UnreadableFile(f"trainer_state.json of {size} bytes, over the {lim.max_document_bytes}-byte document limit")
+    depth, values = document_shape(path.read_bytes())
+    if depth > lim.max_json_depth:
+        raise UnreadableFile(f"trainer_state.json: json_too_deep: nested {depth} levels, over {lim.max_json_depth}")
+    cap = DOCUMENT_VALUES_PER_RECORD_LIMIT * lim.max_json_values
+    if values > cap:
+        raise UnreadableFile(f"trainer_state.json: json_too_large: about {values} values, over {cap}")
 
 
 def _document(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, float | None]:

@@ -84,6 +84,54 @@ GROUP BY ALL
     "scrape, or samples without a time, has no timeline).",
 )
 
+SPREAD_MOMENT = "second"  # GPUs are compared at the same moment: samples bucketed to the second
+
+GPU_STEP_UTILIZATION = View(
+    "gpu_step_utilization",
+    f"""
+WITH u AS (
+    {_UTIL} AND ts IS NOT NULL
+), used AS (
+    SELECT run_id, host, gpu FROM u GROUP BY ALL HAVING max(value) >= {IDLE_UTIL_PCT}
+), w AS (
+    SELECT run_id, step, method, start_ts, end_ts, rollout_end_ts FROM step_windows
+    WHERE start_ts IS NOT NULL AND end_ts IS NOT NULL
+), j AS (
+    SELECT u.run_id, u.host, u.gpu, u.ts, u.value, w.step,
+           w.rollout_end_ts IS NOT NULL AND u.ts < w.rollout_end_ts AS in_rollout
+    FROM (SELECT u.* FROM u JOIN used USING (run_id, host, gpu)) u
+    ASOF JOIN w ON u.run_id = w.run_id AND u.ts >= w.start_ts
+    WHERE u.ts < w.end_ts
+), per_step AS (
+    SELECT run_id, step, count(*) AS n_samples, count(DISTINCT host || chr(0) || coalesce(gpu, '')) AS n_gpus,
+           avg(value) AS mean_util_pct, avg(CAST(value < {IDLE_UTIL_PCT} AS DOUBLE)) AS idle_share,
+           count(*) FILTER (WHERE in_rollout) AS rollout_n_samples,
+           avg(value) FILTER (WHERE in_rollout) AS rollout_mean_util_pct,
+           avg(CAST(value < {IDLE_UTIL_PCT} AS DOUBLE)) FILTER (WHERE in_rollout) AS rollout_idle_share
+    FROM j GROUP BY run_id, step
+), per_moment AS (
+    SELECT run_id, step, date_trunc('{SPREAD_MOMENT}', ts) AS moment, host, gpu, avg(value) AS v FROM j GROUP BY ALL
+), moments AS (
+    SELECT run_id, step, max(v) / avg(v) AS r FROM per_moment GROUP BY run_id, step, moment
+    HAVING count(*) >= 2 AND avg(v) > 0
+), spread AS (
+    SELECT run_id, step, avg(r) AS spread_max_over_mean, count(*) AS spread_moments, max(r) AS spread_max_over_mean_max
+    FROM moments GROUP BY run_id, step
+)
+SELECT w.run_id, w.step, w.method, w.start_ts, w.end_ts, w.rollout_end_ts,
+       coalesce(p.n_samples, 0) AS n_samples, coalesce(p.n_gpus, 0) AS n_gpus, p.mean_util_pct, p.idle_share,
+       coalesce(p.rollout_n_samples, 0) AS rollout_n_samples, p.rollout_mean_util_pct, p.rollout_idle_share,
+       s.spread_max_over_mean, coalesce(s.spread_moments, 0) AS spread_moments, s.spread_max_over_mean_max
+FROM w LEFT JOIN per_step p USING (run_id, step) LEFT JOIN spread s USING (run_id, step)
+""",
+    "Per run x step window (every window, also without telemetry), over the GPUs the job used: a sample belongs "
+    "to the latest window starting at or before it (overlapping windows never count it twice). n_samples, n_gpus, "
+    f"mean_util_pct, idle_share (< {IDLE_UTIL_PCT}%); the same inside [start_ts, rollout_end_ts) as rollout_*; "
+    "spread_max_over_mean: at each second with >= 2 GPUs and a mean above 0, max / mean utilization across the "
+    "GPUs, averaged over the step (spread_moments of them; spread_max_over_mean_max the worst).",
+)
+
+
 def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
     per_step = read("gpu_utilization").filter(pl.col("scope") == "step")
     return [*F.per_run(read("gpu_timeline"), runs, "gpu_utilization__timeline", F.gpu_timeline_figure, True),
@@ -97,7 +145,7 @@ GROUP = ViewGroup(
     question="How busy were the GPUs, per step where telemetry aligns?",
     needs="gpu_samples (gpu_util_pct), step_windows for per-step alignment",
     main=GPU_UTILIZATION,
-    views=(GPU_UTILIZATION, GPU_TIMELINE),
+    views=(GPU_UTILIZATION, GPU_TIMELINE, GPU_STEP_UTILIZATION),
     headline_sql="""
         SELECT run_id, max(n_gpus) AS gpus, max(gpus_used) AS gpus_used, max(gpus_idle_whole_run) AS gpus_idle_whole_run,
                sum(n_samples) AS samples, round(max(used_gpus_mean_util_pct), 1) AS mean_util_pct,

@@ -19,7 +19,9 @@ from dagster import (
     asset,
 )
 
+from analyses.api import RunFit
 from analyses.fit.fidelity_table import criterion, fidelity_table
+from pipelines.partitions import runs_partitions
 from pipelines.resources import WarehouseResource
 
 FIT_GROUP = "fit"
@@ -51,10 +53,49 @@ def fidelity_metadata(results: list[dict[str, Any]]) -> dict[str, Any]:
     return meta
 
 
+def run_fit_metadata(f: RunFit) -> dict[str, Any]:
+    """One run's fit as the UI shows it: what was done, the chosen options and its scores."""
+    meta: dict[str, Any] = {"computed": MetadataValue.bool(f.computed)}
+    if f.skipped:
+        meta["skipped"] = MetadataValue.text(f.skipped)
+    if f.spec_path is not None:
+        meta["spec"] = MetadataValue.path(str(f.spec_path))
+    if f.spec is not None:
+        meta["selected"] = MetadataValue.json({k: (w.get("selection") or {}).get("selected")
+                                               for k, w in f.spec["workloads"].items()})
+    results = [x for x in (f.fidelity, f.step_model) if x is not None]
+    if results:
+        meta["fidelity"] = MetadataValue.md(fidelity_markdown(results))
+    if f.fidelity is not None and "rolling_origin" in f.fidelity:
+        x = f.fidelity["rolling_origin"]
+        for k in ("crps_skill", "coverage90", "baseline_coverage90", "ks_mean", "baseline_ks_mean"):
+            if x.get(k) is not None and x[k] == x[k]:
+                meta[k] = MetadataValue.float(round(float(x[k]), 4))
+        meta["origins"] = MetadataValue.int(int(x["origins"]))
+    return meta
+
+
+@asset(
+    name="run_workload",
+    group_name=FIT_GROUP,
+    partitions_def=runs_partitions,
+    deps=[AssetKey(t) for t in ("samples", "turns", "tool_calls", "rank_times", "steps")],
+    kinds={"scipy", "json"},
+    description="One run's fit, done with its ingest: its PolyTrace spec (`fits/<run>.spec.json`) and its "
+    "rolling-origin fidelity, ours beside PolyTrace's histogram resampler (or the step-time model for a run "
+    "with only a step log). Kept in `fits/cache/<run>/` keyed by the run's input files, run.toml facts, fitting "
+    "code and seeds, so `workload_specs` only combines and an unchanged run is never fitted again.",
+)
+def run_workload(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+    f = warehouse.polytrace.fit_run(context.partition_key)
+    context.log.info(f"{f.run_id}: {'fitted' if f.computed else 'from the cache'}" + (f"; {f.skipped}" if f.skipped else ""))
+    return MaterializeResult(metadata=run_fit_metadata(f))
+
+
 @asset(
     name="workload_specs",
     group_name=FIT_GROUP,
-    deps=[CATALOG],
+    deps=[CATALOG, AssetKey("run_workload")],
     kinds={"scipy", "json"},
     automation_condition=AutomationCondition.eager(),
     description="Per run x task: prompt/response lengths and latencies as the data's own body with a censored GPD "
@@ -62,13 +103,16 @@ def fidelity_metadata(results: list[dict[str, Any]]) -> dict[str, Any]:
     "reward time, the group copula and the step-to-step level of response lengths (shrunk trend, step random "
     "effect). Writes `fits/<run>.spec.json` and `fits/all_runs.spec.json` (schema: analyses/export/spec.schema.json), "
     "and scores each run by rolling origin, ours beside PolyTrace's 20-bin histogram resampler: CRPS skill, 90% "
-    "interval coverage and KS of sample shape, the numbers `polytrace fidelity --all` prints.",
+    "interval coverage and KS of sample shape, the numbers `polytrace fidelity --all` prints. A run whose input "
+    "files, run.toml facts and fitting code are unchanged since its last fit comes from `fits/cache/` (adding a run "
+    "costs one run's fit).",
 )
 def workload_specs(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
     pt = warehouse.polytrace
     out = pt.fit_warehouse()
     meta: dict[str, Any] = {
         "runs_fitted": MetadataValue.int(len(out.runs)),
+        "runs_computed": MetadataValue.int(len(out.computed)),
         "fidelity": MetadataValue.md(fidelity_markdown(out.fidelity + out.step_models)),
         "fidelity_json": MetadataValue.path(str(pt.layout.fidelity_path)),
         **fidelity_metadata(out.fidelity),

@@ -30,7 +30,7 @@ from analyses.schema import TABLES, Table
 from analyses.views import all_views
 from analyses.warehouse import partition_files, scan_table
 from pipelines.assets import contract_table_schema, frame_metadata
-from pipelines.partitions import FINGERPRINT_META, dir_fingerprint, runs_partitions
+from pipelines.partitions import FINGERPRINT_META, run_fingerprint, runs_partitions
 from pipelines.resources import WarehouseResource
 
 INGEST_GROUP = "ingest"
@@ -69,17 +69,18 @@ TABLE_KEYS: list[AssetKey] = [s.key for s in TABLE_SPECS]
 )
 def ingest_run_tables(context: AssetExecutionContext, warehouse: WarehouseResource) -> Iterator[MaterializeResult]:
     run_id = context.partition_key
-    run_dir = warehouse.run_dir(run_id)
+    plan = warehouse.run_plan(run_id)
     root = warehouse.root_path
-    context.log.info(f"ingesting {run_dir} as run {run_id} into {root}")
+    part = f" ({len(plan.only)} of its files: {plan.reason})" if plan.only is not None else ""
+    context.log.info(f"ingesting {plan.path}{part} as run {run_id} into {root}")
 
     def progress(kind: str, data: dict) -> None:
         if kind == "file_done":
             context.log.info(data["report"].line())
 
     # the catalog refresh is the warehouse_catalog asset's job, once per run of the job
-    fingerprint = dir_fingerprint(run_dir).key  # before reading: a change during the ingest re-triggers
-    report = warehouse.polytrace.ingest(run_dir, run_id=run_id, progress=progress, refresh=False)
+    fingerprint = run_fingerprint(plan).key  # before reading: a change during the ingest re-triggers
+    report = warehouse.polytrace.ingest_planned(plan, progress=progress, refresh=False)
     for name in TABLES:
         meta = _table_metadata(root, name, run_id, report)
         if name == "runs":  # the sensor compares this with the directory to skip unchanged runs

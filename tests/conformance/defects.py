@@ -13,9 +13,9 @@ import pytest
 
 ISSUE = "issue 10"
 
-_VIDUR_DATE = ("vidur's TraceReplayRequestGenerator: KeyError: 'Date' (it reads Date, Time, PromptTokenCount, "
-               "CompletionTokenCount; the export writes arrived_at, num_prefill_tokens, num_decode_tokens)")
-_TASK_KEY = "without run.toml the task key is unknown_task; upstream's keys are math_task / tool_calling_task"
+
+_PREFILL_COMPOSITION = ("prefill per trajectory 103.1% of the real run's (4 exported steps, seed 0): generated per-turn "
+                        "increments do not shrink with the trajectory's length as the real ones do")
 
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {
     # (check, run id): what the consumer says today
@@ -23,28 +23,11 @@ KNOWN_DEFECTS: dict[tuple[str, str], str] = {
                                    "missing dapo_filter_indices.jsonl",
     ("v2_validates", "dapo-0614"): "the DAPO config names dapo_filter_indices.jsonl; suite.py --validate: "
                                    "missing dapo_filter_indices.jsonl",
-    ("v2_validates", "search-r1"): "steps 0-1 only (the source run's step count); the config asks 0;1;2;3: "
-                                   "missing multiturn_workload_step_2.jsonl, multiturn_workload_step_3.jsonl",
-    ("v2_replay_vs_records", "search-r1"): "records omit generation_prompt_len, assistant_append_len, append_len "
-                                           "(and response_loss_mask_rle): upstream's replay prefills 41.0% of the "
-                                           "records' own prompt_tokens",
-    ("v2_replay_vs_real", "search-r1"): "same missing replay fields: 40.4% of the real run's per-step prefill",
-    ("params_task_keys", "verl-video"): _TASK_KEY,
-    ("params_task_keys", "dapo-0610"): _TASK_KEY,
-    ("params_task_keys", "dapo-0614"): _TASK_KEY,
-    ("params_task_keys", "rllm"): _TASK_KEY,
-    ("params_task_keys", "search-r1"): _TASK_KEY,
-    ("mooncake_load", "search-r1"): "MooncakeTraceDatasetLoader.convert_to_conversations: ConfigurationError: hash_id 0 "
-                                    "requested at 512 tokens but was already materialized at 320 tokens (a prompt's "
-                                    "hash ids stand for blocks of different sizes)",
-    ("mooncake_timestamps", "search-r1"): "later turns arrive at fractional-millisecond timestamps",
-    ("mooncake_prefill", "search-r1"): "sessions carry cumulative input_length while aiperf adds each turn to the "
-                                       "history: 170% of the real run's prefill per trajectory",
-    ("vidur_trace_replay", "verl-video"): _VIDUR_DATE,
-    ("vidur_trace_replay", "dapo-0610"): _VIDUR_DATE,
-    ("vidur_trace_replay", "dapo-0614"): _VIDUR_DATE,
-    ("vidur_trace_replay", "rllm"): _VIDUR_DATE,
-    ("vidur_trace_replay", "search-r1"): _VIDUR_DATE,
+    # the bookkeeping is exact (every record replays to 100% of its own prompt_tokens); the generator's
+    # trajectories are not: real per-turn increments shrink with the trajectory's length (628 -> 551 tokens
+    # from 2 to 5 turns) where generated ones do not (572 -> 603), so long trajectories prefill 5-6% too much
+    ("v2_replay_vs_real", "search-r1"): _PREFILL_COMPOSITION,
+    ("mooncake_prefill", "search-r1"): _PREFILL_COMPOSITION,
 }
 
 

@@ -18,7 +18,11 @@ from analyses.export.sampler import Generated
 
 
 def write_v2(g: Generated, w: dict[str, Any], d: Path) -> list[Path]:
+    """The step files, numbered 0..N-1 as upstream's configs name them (``step_groups``), whatever
+    steps of the source run the generated ones stand for."""
     out: list[Path] = []
+    first = int(w["batch"].get("first_step", 0))
+    g = g.renumbered(first)
     recs = packed_records(g.samples)
     multi = g.turns is not None
     cap = w["variables"]["response_tokens"].get("censor_at")
@@ -29,7 +33,8 @@ def write_v2(g: Generated, w: dict[str, Any], d: Path) -> list[Path]:
         part.write_ndjson(p)
         out.append(p)
     if multi:
-        mt = multiturn_records(g, cap)
+        overhead = float((w["variables"].get("tool_overhead_tokens") or {}).get("value", 0.0))
+        mt = multiturn_records(g, cap, overhead)
         for (k,), part in mt.group_by("step", maintain_order=True):
             p = d / f"multiturn_workload_step_{int(k)}.jsonl"
             part.write_ndjson(p)

@@ -223,7 +223,13 @@ def imbalance_figure(imbalance: pl.DataFrame, run_id: str) -> go.Figure:
     fig.update_yaxes(type="log", title_text="max / mean", row=1, col=1)
     fig.update_yaxes(tickformat=".0%", range=[0, 1], title_text="idle", row=2, col=1)
     _step_ticks(fig, d["step"], row=2, col=1)
-    return _layout(fig, f"Load imbalance per step, {run_id}", height=560)
+    # the straggler: the busiest rank of the most imbalanced step that names its ranks
+    named = d.filter(pl.col("busiest_unit_id").is_not_null()) if "busiest_unit_id" in d.columns else d.clear()
+    who = ""
+    if named.height:
+        w = named.sort("max_over_mean", descending=True, nulls_last=True).row(0, named=True)
+        who = f" — busiest: {w['unit']} {w['busiest_unit_id']} at step {w['step']} ({w['phase']} {w['quantity']}, ×{w['max_over_mean']:.2f} the mean)"
+    return _layout(fig, f"Load imbalance per step, {run_id}{who}", height=560)
 
 
 def training_health_figure(health: pl.DataFrame, alerts: pl.DataFrame, run_id: str,

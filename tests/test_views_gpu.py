@@ -90,3 +90,15 @@ def test_single_scrape_has_no_timeline_but_a_utilization(tmp_path: Path) -> None
     c = open_wh(root)
     assert rows(c, "SELECT * FROM gpu_timeline") == []
     assert [r["mean_util_pct"] for r in rows(c, "SELECT * FROM gpu_utilization ORDER BY run_id")] == [91.0, 91.0]
+
+
+def test_timeline_marks_the_step_starts(con) -> None:  # noqa: ANN001
+    from analyses.figures import gpu_timeline_figure
+
+    tl = con.sql("SELECT * FROM gpu_timeline").pl()
+    w = con.sql("SELECT run_id, step, start_ts FROM gpu_step_utilization").pl()
+    fig = gpu_timeline_figure(tl, "g", w)
+    starts = [t for t in fig.data if t.name == "step starts"]
+    # the two step windows start at t0 and t0 + 2 s, both inside the telemetry span [t0, t0 + 3 s]
+    assert len(starts) == 1 and [x for x in starts[0].x if x is not None] == [T0, T0, T0 + timedelta(seconds=2),
+                                                                             T0 + timedelta(seconds=2)]

@@ -13,6 +13,7 @@ over the GPUs the job used (``gpus_used``); the same rule gives ``runs.n_gpus`` 
 
 from __future__ import annotations
 
+import plotly.graph_objects as go
 import polars as pl
 
 from analyses import figures as F
@@ -134,7 +135,12 @@ FROM w LEFT JOIN per_step p USING (run_id, step) LEFT JOIN spread s USING (run_i
 
 def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
     per_step = read("gpu_utilization").filter(pl.col("scope") == "step")
-    return [*F.per_run(read("gpu_timeline"), runs, "gpu_utilization__timeline", F.gpu_timeline_figure, True),
+    windows = read("gpu_step_utilization").select("run_id", "step", "start_ts")
+
+    def timeline(frame: pl.DataFrame, run: str) -> go.Figure:
+        return F.gpu_timeline_figure(frame, run, windows)
+
+    return [*F.per_run(read("gpu_timeline"), runs, "gpu_utilization__timeline", timeline, True),
             *F.per_run(per_step, runs, "gpu_utilization__per_step", F.gpu_step_figure)]
 
 

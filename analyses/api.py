@@ -46,10 +46,8 @@ SELECT r.run_id, r.task, r.model, r.n_gpus, r.n_gpus_source, r.max_response_leng
        (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps,
        (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples,
        (SELECT count(*) FROM tool_calls s WHERE s.run_id = r.run_id) AS tool_calls,
-       (SELECT count(*) FROM gpu_samples s WHERE s.run_id = r.run_id) AS gpu_samples,
        (SELECT count(*) FROM rank_times s WHERE s.run_id = r.run_id) AS rank_times,
-       (SELECT count(DISTINCT rank) FROM rank_times s WHERE s.run_id = r.run_id) AS ranks,
-       (SELECT count(DISTINCT step) FROM rank_times s WHERE s.run_id = r.run_id) AS rank_steps,
+       (SELECT count(*) FROM gpu_samples s WHERE s.run_id = r.run_id) AS gpu_samples,
        (SELECT count(*) FROM rejects s WHERE s.run_id = r.run_id) AS rejects
 FROM runs r ORDER BY r.run_id
 """

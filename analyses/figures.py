@@ -223,7 +223,13 @@ def imbalance_figure(imbalance: pl.DataFrame, run_id: str) -> go.Figure:
     fig.update_yaxes(type="log", title_text="max / mean", row=1, col=1)
     fig.update_yaxes(tickformat=".0%", range=[0, 1], title_text="idle", row=2, col=1)
     _step_ticks(fig, d["step"], row=2, col=1)
-    return _layout(fig, f"Load imbalance per step, {run_id}", height=560)
+    # the straggler: the busiest rank of the most imbalanced step that names its ranks
+    named = d.filter(pl.col("busiest_unit_id").is_not_null()) if "busiest_unit_id" in d.columns else d.clear()
+    who = ""
+    if named.height:
+        w = named.sort("max_over_mean", descending=True, nulls_last=True).row(0, named=True)
+        who = f" — busiest: {w['unit']} {w['busiest_unit_id']} at step {w['step']} ({w['phase']} {w['quantity']}, ×{w['max_over_mean']:.2f} the mean)"
+    return _layout(fig, f"Load imbalance per step, {run_id}{who}", height=560)
 
 
 def training_health_figure(health: pl.DataFrame, alerts: pl.DataFrame, run_id: str,
@@ -252,10 +258,20 @@ def training_health_figure(health: pl.DataFrame, alerts: pl.DataFrame, run_id: s
     return _layout(fig, title, height=max(260, 150 * len(rows) + 80))
 
 
-def gpu_timeline_figure(timeline: pl.DataFrame, run_id: str) -> go.Figure:
-    """Utilization over time per GPU of one run."""
+def gpu_timeline_figure(timeline: pl.DataFrame, run_id: str, windows: pl.DataFrame | None = None) -> go.Figure:
+    """Utilization over time per GPU of one run; with ``windows`` (run_id, step, start_ts), a thin grey
+    line where each training step starts, so idle stretches read against the steps."""
     d = timeline.filter(pl.col("run_id") == run_id).sort("ts")
     fig = go.Figure()
+    w = windows.filter((pl.col("run_id") == run_id) & pl.col("start_ts").is_not_null()).sort("step") \
+        if windows is not None and windows.height else None
+    if w is not None and w.height and d.height:
+        w = w.filter(pl.col("start_ts").is_between(d["ts"].min(), d["ts"].max()))
+        xs = [x for t in w["start_ts"] for x in (t, t, None)]
+        ys = [y for _ in range(w.height) for y in (0, 105, None)]
+        text = [x for s in w["step"] for x in (f"step {s}", f"step {s}", None)]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="step starts", text=text, hoverinfo="text",
+                                 line={"color": "rgba(120,120,120,0.35)", "width": 1}))
     for i, ((host, gpu), g) in enumerate(_groups(d, ["host", "gpu"])):
         label = f"{host}:{gpu}" if host else f"gpu {gpu}"
         fig.add_trace(go.Scatter(x=g["ts"], y=g["util_pct"], mode="lines", name=label, line={"color": _color(i), "width": 1}))

@@ -156,24 +156,3 @@ def test_version() -> None:
     out = subprocess.run([sys.executable, "-m", "analyses.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and re.fullmatch(r"polytrace \S+\n", out.stdout)
 
-
-def test_query_csv_writes_list_and_struct_columns_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    wh = tmp_path / "wh"
-    assert main(["ingest", str(_log(tmp_path)), "--warehouse", str(wh), "-q"]) == 0
-    capsys.readouterr()
-    # step_variance.outlier_steps is a list: CSV has no nested type, so it is its JSON text
-    sql = "SELECT [1, 2] AS l, {'x': 1} AS s, CAST(NULL AS BIGINT[]) AS n, list(step ORDER BY step) AS steps FROM steps"
-    assert main(["query", sql, "--warehouse", str(wh), "--format", "csv"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["l,s,n,steps", '"[1,2]","{""x"":1}",,"[0,1,2]"']
-
-
-def test_runs_shows_rank_times_of_a_run_without_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # a cluster trace of per-worker iteration times: no trainer steps, no samples, but 2 workers x 3 iterations
-    f = tmp_path / "job_norm.csv"
-    f.write_text(",worker,gpu,time,batch_time_norm\n0,0,25,1,10\n1,1,25,1,20\n2,0,25,2,10\n3,1,25,2,30\n"
-                 "4,0,25,3,10\n5,1,25,3,40\n")
-    wh = tmp_path / "wh"
-    assert main(["ingest", str(f), "--warehouse", str(wh), "-q"]) == 0
-    assert main(["runs", "--warehouse", str(wh)]) == 0
-    out = capsys.readouterr().out
-    assert "steps=0 samples=0" in out and "rank_times=6 (ranks=2, steps=3)" in out

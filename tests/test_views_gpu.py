@@ -78,3 +78,27 @@ def test_gpu_idle_for_the_whole_run_is_left_out_of_the_run_mean(tmp_path: Path) 
     head = headline_frame(c, "gpu_utilization").to_dicts()[0]
     assert (head["gpus"], head["gpus_used"], head["gpus_idle_whole_run"], head["mean_util_pct"]) == (3, 2, 1, 80.0)
     assert head["idle_share"] == 0.0
+
+
+def test_single_scrape_has_no_timeline_but_a_utilization(tmp_path: Path) -> None:
+    root = tmp_path / "wh"
+    # one DCGM scrape without a timestamp, and one with: neither is a time series
+    stage_run(root, "a", {"gpu_samples": {"host": ["h"], "gpu": ["0"], "ts": [None], "metric": ["gpu_util_pct"],
+                                          "value": [91.0]}})
+    stage_run(root, "b", {"gpu_samples": {"host": ["h"], "gpu": ["0"], "ts": [T0], "metric": ["gpu_util_pct"],
+                                          "value": [91.0]}})
+    c = open_wh(root)
+    assert rows(c, "SELECT * FROM gpu_timeline") == []
+    assert [r["mean_util_pct"] for r in rows(c, "SELECT * FROM gpu_utilization ORDER BY run_id")] == [91.0, 91.0]
+
+
+def test_timeline_marks_the_step_starts(con) -> None:  # noqa: ANN001
+    from analyses.figures import gpu_timeline_figure
+
+    tl = con.sql("SELECT * FROM gpu_timeline").pl()
+    w = con.sql("SELECT run_id, step, start_ts FROM gpu_step_utilization").pl()
+    fig = gpu_timeline_figure(tl, "g", w)
+    starts = [t for t in fig.data if t.name == "step starts"]
+    # the two step windows start at t0 and t0 + 2 s, both inside the telemetry span [t0, t0 + 3 s]
+    assert len(starts) == 1 and [x for x in starts[0].x if x is not None] == [T0, T0, T0 + timedelta(seconds=2),
+                                                                             T0 + timedelta(seconds=2)]

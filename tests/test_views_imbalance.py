@@ -102,3 +102,15 @@ def test_pai_straggler_named(real_file, tmp_path: Path) -> None:  # noqa: ANN001
     # (raw: batch_time_norm of iteration 1861, worker 6 the largest); worker 0 is busiest most often (141 of 300)
     assert (h["worst_step"], h["worst_step_busiest"]) == (1861, 6)
     assert (h["most_often_busiest"], h["most_often_busiest_steps"]) == (0, 141)
+
+
+def test_imbalance_figure_names_the_straggler(con) -> None:  # noqa: ANN001
+    from analyses.figures import imbalance_figure
+
+    fig = imbalance_figure(rows_frame(con), "r")
+    # the most imbalanced row that names ranks: reward tokens, rank 4 (300 vs a mean of 200; its 26 s vs 18 s is x1.44)
+    assert "busiest: rank 4 at step 1 (reward tokens, ×1.50 the mean)" in fig.layout.title.text
+
+
+def rows_frame(con):  # noqa: ANN001, ANN201
+    return con.sql("SELECT * FROM rank_imbalance").pl()

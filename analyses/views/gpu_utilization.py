@@ -13,6 +13,7 @@ over the GPUs the job used (``gpus_used``); the same rule gives ``runs.n_gpus`` 
 
 from __future__ import annotations
 
+import plotly.graph_objects as go
 import polars as pl
 
 from analyses import figures as F
@@ -67,18 +68,21 @@ GPU_TIMELINE = View(
 WITH u AS (
     {_UTIL}
 ), span AS (
+    -- a timeline needs two instants: a single scrape (or samples without time) draws none
     SELECT run_id, min(ts) AS t0,
            greatest(1.0, (epoch(max(ts)) - epoch(min(ts))) / {TIMELINE_POINTS}) AS bucket_s
-    FROM u GROUP BY run_id
+    FROM u WHERE ts IS NOT NULL GROUP BY run_id HAVING count(DISTINCT ts) >= 2
 )
 SELECT u.run_id, u.host, u.gpu,
        s.t0 + to_microseconds(CAST(floor((epoch(u.ts) - epoch(s.t0)) / s.bucket_s) * s.bucket_s * 1e6 AS BIGINT)) AS ts,
        avg(u.value) AS util_pct, count(*) AS n_samples
 FROM u JOIN span s USING (run_id)
+WHERE u.ts IS NOT NULL
 GROUP BY ALL
 """,
     f"GPU utilization over time for plotting: per run x GPU, mean gpu_util_pct in buckets of max(1 s, "
-    f"run span / {TIMELINE_POINTS}); ts = bucket start.",
+    f"run span / {TIMELINE_POINTS}); ts = bucket start. Only runs with samples at two or more instants (a single "
+    "scrape, or samples without a time, has no timeline).",
 )
 
 SPREAD_MOMENT = "second"  # GPUs are compared at the same moment: samples bucketed to the second
@@ -131,7 +135,12 @@ FROM w LEFT JOIN per_step p USING (run_id, step) LEFT JOIN spread s USING (run_i
 
 def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
     per_step = read("gpu_utilization").filter(pl.col("scope") == "step")
-    return [*F.per_run(read("gpu_timeline"), runs, "gpu_utilization__timeline", F.gpu_timeline_figure, True),
+    windows = read("gpu_step_utilization").select("run_id", "step", "start_ts")
+
+    def timeline(frame: pl.DataFrame, run: str) -> go.Figure:
+        return F.gpu_timeline_figure(frame, run, windows)
+
+    return [*F.per_run(read("gpu_timeline"), runs, "gpu_utilization__timeline", timeline, True),
             *F.per_run(per_step, runs, "gpu_utilization__per_step", F.gpu_step_figure)]
 
 

@@ -299,7 +299,7 @@ GROUP = ViewGroup(
     views=(TRAINING_HEALTH, HEALTH_ALERTS, RUN_OVERVIEW),
     headline_sql="""
         SELECT run_id, model, gpus_used, gpus_idle_whole_run, steps, round(duration_s / 3600, 2) AS duration_h,
-               formats, rejected_lines, max_response_length AS cap, alerts
+               formats, rejected_lines, max_response_length AS cap, max_response_length_source AS cap_source, alerts
         FROM run_overview ORDER BY run_id""",
     figures=_figures,
 )

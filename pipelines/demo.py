@@ -20,6 +20,7 @@ from pathlib import Path
 from dagster import AssetKey, DagsterInstance, Definitions, ExecuteInProcessResult
 
 from analyses.api import REPORT_NAME, PolyTrace
+from analyses.export.registry import check_exports
 from analyses.fit.fidelity_table import fidelity_table
 from pipelines.definitions import CATALOG_KEY, build_defs
 from pipelines.partitions import RUNS_PARTITIONS_NAME, is_valid_key, runs_by_id
@@ -242,6 +243,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if scores:
         print("workload fidelity (rolling origin; ours vs PolyTrace's histogram):")
         print(fidelity_table(scores))
+    verdicts = check_exports(pt.layout.exports)  # written by the workload_exports asset
+    if any(v.problems for v in verdicts):
+        # the consumers themselves (upstream PolyTrace's model, aiperf, vidur) run in `make conformance`;
+        # here each format's declared consumer and whether its files pass our structural check of them
+        print("exports (declared consumer; our structural check, `make conformance` runs the consumers):")
+        for v in verdicts:
+            print("  " + v.line())
     print(f"dagster instance: {home}  (see the runs with `make ui`, http://127.0.0.1:3000)")
     print(f"took {time.perf_counter() - t0:.1f}s")
     return 0 if result.success else 1

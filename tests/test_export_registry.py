@@ -35,3 +35,11 @@ def test_docs_table_and_asset_name_every_format() -> None:
     assert set(format_names()) <= set(documented)
     desc = workload_exports.descriptions_by_key[workload_exports.key]
     assert all(f"`{n}`" in desc for n in format_names())
+
+
+def test_docs_consumer_table_is_the_registrys() -> None:
+    from analyses.export.registry import consumer_table
+
+    m = re.search(r"<!-- consumer-table -->\n(.*?)\n<!-- /consumer-table -->", DOC.read_text(), re.S)
+    assert m, "docs/spec.md has no consumer table"
+    assert m.group(1) == consumer_table()

@@ -66,7 +66,9 @@ class ExportFormat:
 
     ``files`` names what is written (per workload directory); ``consumer`` and ``loader`` say
     which tool and which of its functions or classes read the files; ``try_it`` is a command a
-    user can run to check a file with that tool.
+    user can run to check a file with that tool. ``check`` is our own structural check of a written
+    workload directory (:mod:`analyses.export.structure`): the problems found, empty when the files
+    are laid out as the consumer's loader reads them.
     """
 
     name: str
@@ -77,6 +79,8 @@ class ExportFormat:
     loader: str
     try_it: str
     write: Callable[[ExportJob], list[Path]]
+    check: Callable[[Path], list[str]]
+    checked_against: str  # the consumer version the conformance suite checks (analyses.export.consumer_versions)
 
 
 @cache
@@ -140,3 +144,39 @@ def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = Non
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return [dst for _, dst in moves]
+
+
+def consumer_table() -> str:
+    """The docs/spec.md table: format -> consumer -> loader -> command to try it -> checked against."""
+    rows = ["| `--format` | consumer | loader | try it | checked against |", "|---|---|---|---|---|"]
+    rows += [f"| `{f.name}` | {f.consumer} | `{f.loader}` | `{f.try_it}` | {f.checked_against} |" for f in export_formats()]
+    return "\n".join(rows)
+
+
+@dataclass
+class FormatVerdict:
+    """Our structural check of one format over every run's export directory (``exports/<run>/<format>``)."""
+
+    fmt: ExportFormat
+    problems: dict[str, list[str]]  # run id -> problems ([] = as the consumer reads it)
+
+    @property
+    def passed(self) -> list[str]:
+        return [r for r, p in self.problems.items() if not p]
+
+    def line(self) -> str:
+        """One line: the format, its declared consumer, and which runs' files passed our check."""
+        n, ok = len(self.problems), self.passed
+        head = f"{self.fmt.name:<17} -> {self.fmt.consumer}: "
+        if not n:
+            return head + "no exported files"
+        bad = {r: p[0] for r, p in self.problems.items() if p}
+        tail = "" if not bad else "; failed " + ", ".join(f"{r} ({why})" for r, why in sorted(bad.items()))
+        return head + f"structural check passed for {len(ok)}/{n} run(s){tail}"
+
+
+def check_exports(exports: Path) -> list[FormatVerdict]:
+    """Every format's :attr:`ExportFormat.check` over ``exports/<run>/<format>/`` (runs without that
+    directory are left out)."""
+    runs = sorted(p for p in exports.iterdir() if p.is_dir()) if exports.is_dir() else []
+    return [FormatVerdict(f, {r.name: f.check(r / f.name) for r in runs if (r / f.name).is_dir()}) for f in export_formats()]

@@ -14,20 +14,12 @@ import pytest
 ISSUE = "issue 10"
 
 
-_PREFILL_COMPOSITION = ("prefill per trajectory 103.1% of the real run's (4 exported steps, seed 0): generated per-turn "
-                        "increments do not shrink with the trajectory's length as the real ones do")
-
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {
     # (check, run id): what the consumer says today
     # not an export defect: the 20260610 run predates DAPO's filter log, so neither its recorded directory
     # (tests/conformance/test_upstream_model.py) nor anything fitted from it has dapo_filter_indices.jsonl
     ("v2_validates", "dapo-0610"): "the source run recorded no filter batches (its own directory fails the same "
                                    "check): missing dapo_filter_indices.jsonl",
-    # the bookkeeping is exact (every record replays to 100% of its own prompt_tokens); the generator's
-    # trajectories are not: real per-turn increments shrink with the trajectory's length (628 -> 551 tokens
-    # from 2 to 5 turns) where generated ones do not (572 -> 603), so long trajectories prefill 5-6% too much
-    ("v2_replay_vs_real", "search-r1"): _PREFILL_COMPOSITION,
-    ("mooncake_prefill", "search-r1"): _PREFILL_COMPOSITION,
 }
 
 

@@ -112,3 +112,14 @@ def test_vidur_generators(verdicts: dict) -> None:
     assert v[("request_interval", "replay.csv")]["error"] == "KeyError: 'arrival_time'"
     r = v[("request_interval", "lengths.csv")]
     assert r["ok"] and (r["kept"], r["intervals"], r["span_s"]) == (3, 2, 3.0)
+
+
+def test_declared_consumer_versions_are_the_ones_the_suite_checks() -> None:
+    """docs/spec.md's "checked against" column (analyses.export.consumer_versions) names what this suite runs."""
+    from analyses.export import consumer_versions as cv
+
+    from . import upstream_polytrace as up
+    from .consumers import CONSUMERS
+
+    assert (cv.UPSTREAM_POLYTRACE_REPO, cv.UPSTREAM_POLYTRACE_COMMIT) == (up.UPSTREAM_REPO, up.UPSTREAM_COMMIT)
+    assert (cv.AIPERF_VERSION, cv.VIDUR_VERSION) == (CONSUMERS["aiperf"].version, CONSUMERS["vidur"].version)

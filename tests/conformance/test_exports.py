@@ -307,6 +307,19 @@ def test_vidur_request_interval_generator_reads_the_files_meant_for_it(
     assert all(vs[n]["ok"] for n in meant), {n: vs[n]["error"] for n in meant}
 
 
+# ----------------------------------------------------------------------------- our structural checks
+
+
+@pytest.mark.parametrize("fmt", list(EXPORT_FORMATS))
+def test_our_structural_check_passes_every_real_export(fmt: str, build: Build) -> None:
+    """What ``make demo`` reports (``ExportFormat.check``) holds on the exports the consumers accept."""
+    from analyses.export.registry import export_format
+
+    problems = {r.run_id: export_format(fmt).check(build.export_dir(fmt, r.run_id)) for r in REAL_RUNS}
+    measure(check="structural", run=fmt, problems={k: v for k, v in problems.items() if v})
+    assert not any(problems.values()), problems
+
+
 # ----------------------------------------------------------------------------- the defect registry
 
 

@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from analyses.export.consumer_versions import AIPERF
 from analyses.export.registry import ExportFormat, ExportJob
 from analyses.export.sampler import generate, steps_for
+from analyses.export.structure import check_aiperf
 
 
 def aiperf_buckets(w: dict[str, Any], seed: int = 0, n_buckets: int = 8, n_draws: int = 20_000) -> list[dict[str, float]]:
@@ -75,4 +77,6 @@ FORMAT = ExportFormat(
     loader="aiperf.common.models.sequence_distribution.DistributionParser.parse",
     try_it="aiperf profile --sequence-distribution \"$(cat aiperf_sequence_distribution.txt)\" ...",
     write=_write,
+    check=check_aiperf,
+    checked_against=AIPERF,
 )

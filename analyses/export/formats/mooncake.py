@@ -23,9 +23,11 @@ from typing import Any
 
 import polars as pl
 
+from analyses.export.consumer_versions import AIPERF
 from analyses.export.records import request_timeline
 from analyses.export.registry import ExportFormat, ExportJob
 from analyses.export.sampler import Generated
+from analyses.export.structure import check_mooncake
 
 BLOCK = 512  # Mooncake hash block size (tokens)
 
@@ -83,4 +85,6 @@ FORMAT = ExportFormat(
     loader="aiperf MooncakeTrace model and its mooncake trace loader",
     try_it="aiperf profile --custom-dataset-type mooncake_trace --input-file mooncake_trace.jsonl ...",
     write=_write,
+    check=check_mooncake,
+    checked_against=AIPERF,
 )

@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from analyses.export.consumer_versions import UPSTREAM_POLYTRACE
 from analyses.export.registry import ExportFormat, ExportJob
+from analyses.export.structure import check_polytrace_params
 from analyses.fit.workload import marginal
 
 
@@ -167,4 +169,6 @@ FORMAT = ExportFormat(
     loader="dataset/workloads/enhanced_task_distribution_parameters.json readers",
     try_it="compare with ../shared/real_logs/polytrace/dataset/workloads/enhanced_task_distribution_parameters.json",
     write=_write,
+    check=check_polytrace_params,
+    checked_against=UPSTREAM_POLYTRACE,
 )

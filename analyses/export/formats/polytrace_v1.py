@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from analyses.export.consumer_versions import UPSTREAM_POLYTRACE
 from analyses.export.records import packed_records
 from analyses.export.registry import ExportFormat, ExportJob
 from analyses.export.sampler import Generated
+from analyses.export.structure import check_polytrace_v1
 
 
 def write_v1(g: Generated, path: Path) -> Path:
@@ -34,4 +36,6 @@ FORMAT = ExportFormat(
     loader="*/verl/trainer/Generator.py (v1 layout)",
     try_it="python suite.py --validate configs/<config>.yaml with a v1 workload_path",
     write=_write,
+    check=check_polytrace_v1,
+    checked_against=UPSTREAM_POLYTRACE,
 )

@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analyses.export.consumer_versions import UPSTREAM_POLYTRACE
 from analyses.export.records import multiturn_records, packed_records
 from analyses.export.registry import ExportFormat, ExportJob
 from analyses.export.sampler import Generated
+from analyses.export.structure import check_polytrace_v2
 
 FILTER_FILE = "dapo_filter_indices.jsonl"
 
@@ -104,4 +106,6 @@ FORMAT = ExportFormat(
     loader="suite.py --validate CONFIG; */verl/trainer/Generator.py; _async_replay_workload_request",
     try_it="python suite.py --validate configs/<config>.yaml (workload_path: the export directory)",
     write=_write,
+    check=check_polytrace_v2,
+    checked_against=UPSTREAM_POLYTRACE,
 )

@@ -21,9 +21,11 @@ from typing import Any
 
 import polars as pl
 
+from analyses.export.consumer_versions import VIDUR
 from analyses.export.records import request_timeline
 from analyses.export.registry import ExportFormat, ExportJob
 from analyses.export.sampler import Generated
+from analyses.export.structure import check_vidur
 
 VIDUR_DEFAULT_DATE = "2023-08-21"  # TraceRequestGeneratorConfig.date
 VIDUR_INTERVAL_START = datetime(1970, 1, 4, 12, 0, 1)  # 1 s into TraceRequestIntervalGeneratorConfig's window
@@ -59,4 +61,6 @@ FORMAT = ExportFormat(
     try_it="python -m vidur.main --request_generator_config_type trace_replay "
     "--trace_request_generator_config_trace_file vidur_replay_trace.csv",
     write=_write,
+    check=check_vidur,
+    checked_against=VIDUR,
 )

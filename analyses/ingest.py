@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from analyses.readers import detect, read_file, reader_by_name
 from analyses.readers.base import FileContext, UnreadableFile, read_head
 from analyses.readers.lines import looks_binary
 from analyses.schema import RUNS, SOURCE_FILES, STEP_METRICS
-from analyses.steps import derive_steps
+from analyses.steps import StepsAccumulator, derive_steps
 from analyses.table_checks import blocking_problems
 from analyses.warehouse import DEFAULT_LOCK_WAIT_S, RunStaging, clean_stale, kill_point, run_lock
 
@@ -178,17 +177,18 @@ def ingest_run(
     clean_stale(root)
     with run_lock(root, rid, lock_wait_s, on_wait=lambda msg: emit("lock_wait", {"run_id": rid, "message": msg})):
         staging = RunStaging(root, rid)
+        steps_acc = StepsAccumulator()
         try:
             found = discover_files(run_path, manifest)
             files = found.files
             emit("run_start", {"run_id": rid, "files": len(files), "bytes": sum(p.stat().st_size for p in files)})
             for idx, path in enumerate(files):
                 rel = path.name if run_path.is_file() else path.relative_to(run_path).as_posix()
-                report.files.append(_ingest_file(idx, path, rel, rid, manifest, staging, emit))
+                report.files.append(_ingest_file(idx, path, rel, rid, manifest, staging, steps_acc, emit))
                 kill_point("read")
             report.files.extend(FileReport(path=rel, format="unknown", bytes=0, status="skipped", error=why)
                                 for rel, why in found.skipped)
-            _finish_run(staging, report, manifest, run_path)
+            _finish_run(staging, steps_acc, report, manifest, run_path)
             staging.commit(check=blocking_problems, holding_lock=True, after_publish=lambda: _refresh(root, report),
                            info={"source": str(run_path), "fingerprint": content_fingerprint(report.files)})
         except BaseException:
@@ -219,7 +219,8 @@ def _refresh(root: Path, report: RunReport) -> None:
 
 
 def _ingest_file(
-    idx: int, path: Path, rel: str, run_id: str, manifest: RunManifest, staging: RunStaging, emit: ProgressFn
+    idx: int, path: Path, rel: str, run_id: str, manifest: RunManifest, staging: RunStaging,
+    steps_acc: StepsAccumulator, emit: ProgressFn,
 ) -> FileReport:
     t0 = time.perf_counter()
     fr = FileReport(path=rel, format="unknown", bytes=0)
@@ -247,8 +248,11 @@ def _ingest_file(
             fr.rows_ok += chunk.rows_ok
             fr.rows_rejected += chunk.rows_rejected
             fr.rows_skipped += chunk.rows_skipped
-            if chunk.step_attrs is not None and chunk.step_attrs.height:
-                _stage_attrs(staging, chunk.step_attrs, prefix)
+            if chunk.step_attrs is not None:
+                steps_acc.add_attrs(chunk.step_attrs, rel)
+            sm = chunk.tables.get("step_metrics")
+            if sm is not None:
+                steps_acc.add(sm, rel)
             for table, df in chunk.tables.items():
                 fr.rows_out += staging.add(table, df.with_columns(path=pl.lit(rel)) if _has_path(table) else df, prefix)
             if chunk.rejects is not None and chunk.rejects.height:
@@ -258,6 +262,7 @@ def _ingest_file(
         raise
     except BaseException as exc:
         _discard(staging, prefix)
+        steps_acc.discard(rel)
         fr.status, fr.error, fr.rows_out = "error", _describe(exc), 0
         return _done(fr, t0, emit)
     fr.status = "partial" if fr.rows_rejected else "ok"
@@ -294,13 +299,6 @@ def _has_path(table: str) -> bool:
     return table in _PATH_TABLES
 
 
-def _stage_attrs(staging: RunStaging, df: pl.DataFrame, prefix: str) -> None:
-    d = staging.dir / "_step_attrs"
-    d.mkdir(exist_ok=True)
-    keep = [c for c in ("step", "ts", "truncated_line") if c in df.columns]
-    df.select(keep).write_parquet(d / f"{prefix}-{len(list(d.glob(prefix + '-*')))}.parquet")
-
-
 def _discard(staging: RunStaging, prefix: str) -> None:
     for p in staging.dir.glob(f"*/{prefix}-*.parquet"):
         p.unlink()
@@ -312,13 +310,13 @@ def _done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:
     return fr
 
 
-def _dedupe_step_metrics(staging: RunStaging, report: RunReport) -> None:
-    """Keep one row per step-metric key across the run's files, from the most exact source
-    (:data:`analyses.readers.base.METRIC_SOURCE_BINARY` first); count the rest per file."""
-    sm = staging.scan("step_metrics")
-    paths = sm.select(pl.col("path").unique()).collect()["path"].to_list()
+def _dedupe_step_metrics(staging: RunStaging, paths: list[str], report: RunReport) -> None:
+    """Keep one row per step-metric key across the run's files (``paths``: those that gave step
+    metrics), from the most exact source (:data:`analyses.readers.base.METRIC_SOURCE_BINARY`
+    first); count the rest per file. One file never loses rows, and is not re-read."""
     if len(paths) < 2:
         return
+    sm = staging.scan("step_metrics")
     fmt = {f.path: f.format for f in report.files}
     rank = {p: reader_by_name(fmt[p]).metric_source for p in paths}
     key = list(STEP_METRICS.key[1:])  # within one run
@@ -342,18 +340,18 @@ def _dedupe_step_metrics(staging: RunStaging, report: RunReport) -> None:
             f.rows_out -= dropped
 
 
-def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, run_path: Path) -> None:
-    attrs_dir = staging.dir / "_step_attrs"
-    attrs = None
-    if attrs_dir.exists() and any(attrs_dir.glob("*.parquet")):
-        attrs = pl.scan_parquet(sorted(attrs_dir.glob("*.parquet")), missing_columns="insert", extra_columns="ignore",
-                                schema={"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean})
-    _dedupe_step_metrics(staging, report)
-    steps = derive_steps(staging.scan("step_metrics"), attrs, n_gpus=manifest.n_gpus)
+def _finish_run(
+    staging: RunStaging, steps_acc: StepsAccumulator, report: RunReport, manifest: RunManifest, run_path: Path
+) -> None:
+    _dedupe_step_metrics(staging, steps_acc.metric_paths, report)
+    # the common case (one file of metrics, read in line order): steps were derived chunk by
+    # chunk as the file was read; otherwise from the staged (deduplicated) rows
+    if steps_acc.exact:
+        steps = steps_acc.finish(n_gpus=manifest.n_gpus)
+    else:
+        steps = derive_steps(staging.scan("step_metrics"), steps_acc.step_attrs(), n_gpus=manifest.n_gpus)
     staging.replace("steps", steps)
     staging.replace("step_windows", derive_step_windows(steps, manifest))
-    if attrs_dir.exists():
-        shutil.rmtree(attrs_dir)
     sf = pl.DataFrame(
         [
             {

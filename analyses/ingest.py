@@ -254,14 +254,15 @@ def _ingest_file(
             if sm is not None:
                 steps_acc.add(sm, rel)
             for table, df in chunk.tables.items():
-                fr.rows_out += staging.add(table, df.with_columns(path=pl.lit(rel)) if _has_path(table) else df, prefix)
+                fr.rows_out += staging.append(table, df.with_columns(path=pl.lit(rel)) if _has_path(table) else df, prefix)
             if chunk.rejects is not None and chunk.rejects.height:
-                staging.add("rejects", chunk.rejects.with_columns(path=pl.lit(rel)), prefix)
+                staging.append("rejects", chunk.rejects.with_columns(path=pl.lit(rel)), prefix)
             emit("file_progress", {"path": rel, "lines": fr.lines, "rows": fr.rows_out})
+        staging.seal(prefix)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:
-        _discard(staging, prefix)
+        staging.discard(prefix)
         steps_acc.discard(rel)
         fr.status, fr.error, fr.rows_out = "error", _describe(exc), 0
         return _done(fr, t0, emit)
@@ -297,11 +298,6 @@ _PATH_TABLES = {"step_metrics", "samples", "filter_batches"}
 
 def _has_path(table: str) -> bool:
     return table in _PATH_TABLES
-
-
-def _discard(staging: RunStaging, prefix: str) -> None:
-    for p in staging.dir.glob(f"*/{prefix}-*.parquet"):
-        p.unlink()
 
 
 def _done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:

@@ -27,7 +27,7 @@ from analyses.readers.base import FileContext, UnreadableFile, read_head
 from analyses.readers.lines import looks_binary
 from analyses.run_facts import ConfigFacts, RunFacts, config_dump_file_facts, infer_run_facts, with_truncation
 from analyses.schema import RUNS, SOURCE_FILES, STEP_METRICS
-from analyses.steps import derive_steps
+from analyses.steps import StepsAccumulator, derive_steps
 from analyses.table_checks import blocking_problems
 from analyses.warehouse import DEFAULT_LOCK_WAIT_S, RunStaging, clean_stale, kill_point, run_lock
 
@@ -186,6 +186,7 @@ def ingest_run(
     clean_stale(root)
     with run_lock(root, rid, lock_wait_s, on_wait=lambda msg: emit("lock_wait", {"run_id": rid, "message": msg})):
         staging = RunStaging(root, rid)
+        steps_acc = StepsAccumulator()
         try:
             found = discover_files(run_path, manifest)
             files = found.files if only is None else [f for f in found.files if f in only]
@@ -195,11 +196,11 @@ def ingest_run(
             run_files = frozenset(files)
             for idx, path in enumerate(files):
                 rel = path.name if run_path.is_file() else path.relative_to(run_path).as_posix()
-                report.files.append(_ingest_file(idx, path, rel, rid, manifest, staging, emit, run_files))
+                report.files.append(_ingest_file(idx, path, rel, rid, manifest, staging, steps_acc, emit, run_files))
                 kill_point("read")
             report.files.extend(FileReport(path=rel, format="unknown", bytes=0, status="skipped", error=why)
                                 for rel, why in skipped)
-            _finish_run(staging, report, manifest, run_path)
+            _finish_run(staging, steps_acc, report, manifest, run_path)
             staging.commit(check=blocking_problems, holding_lock=True, after_publish=lambda: _refresh(root, report),
                            info={"source": str(run_path), "fingerprint": content_fingerprint(report.files)})
         except BaseException:
@@ -230,8 +231,8 @@ def _refresh(root: Path, report: RunReport) -> None:
 
 
 def _ingest_file(
-    idx: int, path: Path, rel: str, run_id: str, manifest: RunManifest, staging: RunStaging, emit: ProgressFn,
-    run_files: frozenset[Path] = frozenset(),
+    idx: int, path: Path, rel: str, run_id: str, manifest: RunManifest, staging: RunStaging,
+    steps_acc: StepsAccumulator, emit: ProgressFn, run_files: frozenset[Path] = frozenset(),
 ) -> FileReport:
     t0 = time.perf_counter()
     fr = FileReport(path=rel, format="unknown", bytes=0)
@@ -260,18 +261,23 @@ def _ingest_file(
             fr.rows_ok += chunk.rows_ok
             fr.rows_rejected += chunk.rows_rejected
             fr.rows_skipped += chunk.rows_skipped
-            if chunk.step_attrs is not None and chunk.step_attrs.height:
-                _stage_attrs(staging, chunk.step_attrs, prefix)
+            if chunk.step_attrs is not None:
+                steps_acc.add_attrs(chunk.step_attrs, rel)
+            sm = chunk.tables.get("step_metrics")
+            if sm is not None:
+                steps_acc.add(sm, rel)
             for table, df in chunk.tables.items():
-                fr.rows_out += staging.add(table, df.with_columns(path=pl.lit(rel)) if _has_path(table) else df, prefix)
+                fr.rows_out += staging.append(table, df.with_columns(path=pl.lit(rel)) if _has_path(table) else df, prefix)
             if chunk.rejects is not None and chunk.rejects.height:
-                staging.add("rejects", chunk.rejects.with_columns(path=pl.lit(rel)), prefix)
+                staging.append("rejects", chunk.rejects.with_columns(path=pl.lit(rel)), prefix)
                 first_reason = first_reason or chunk.rejects["reason"][0]
             emit("file_progress", {"path": rel, "lines": fr.lines, "rows": fr.rows_out})
+        staging.seal(prefix)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:
-        _discard(staging, prefix)
+        staging.discard(prefix)
+        steps_acc.discard(rel)
         # nothing of the file lands (its staged rows and rejects are discarded): its counts say so;
         # `lines` keeps how far it was read
         fr.status, fr.error, fr.rows_out = "error", _describe(exc), 0
@@ -313,18 +319,6 @@ def _has_path(table: str) -> bool:
     return table in _PATH_TABLES
 
 
-def _stage_attrs(staging: RunStaging, df: pl.DataFrame, prefix: str) -> None:
-    d = staging.dir / "_step_attrs"
-    d.mkdir(exist_ok=True)
-    keep = [c for c in ("step", "ts", "truncated_line") if c in df.columns]
-    df.select(keep).write_parquet(d / f"{prefix}-{len(list(d.glob(prefix + '-*')))}.parquet")
-
-
-def _discard(staging: RunStaging, prefix: str) -> None:
-    for p in staging.dir.glob(f"*/{prefix}-*.parquet"):
-        p.unlink()
-
-
 def _done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:
     fr.seconds = time.perf_counter() - t0
     emit("file_done", {"report": fr})
@@ -335,13 +329,14 @@ def _done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:
 DEDUPE_MEMORY_LIMIT = "256MB"
 
 
-def _dedupe_step_metrics(staging: RunStaging, report: RunReport) -> None:
-    """Keep one row per step-metric key across the run's files, from the most exact source
+def _dedupe_step_metrics(staging: RunStaging, paths: list[str], report: RunReport) -> None:
+    """Keep one row per step-metric key across the run's files (``paths``: those that gave step
+    metrics; one file never loses rows and is not re-read), from the most exact source
     (:data:`analyses.readers.base.METRIC_SOURCE_BINARY` first; then the later file and line);
     count the rest per file. In DuckDB over the staged parts, in bounded memory: a fuzzed gzip of
     2.5 M repeated metric rows took 0.9 GB sorted in Polars."""
     parts = [str(p) for p in sorted(staging.table_dir("step_metrics").glob("*.parquet"))]
-    if not parts:
+    if len(paths) < 2 or not parts:
         return
     spill = staging.dir / "_spill"
     spill.mkdir(exist_ok=True)
@@ -405,24 +400,24 @@ def _dedupe_gpu_samples(staging: RunStaging, report: RunReport) -> None:
             report.files[idx].rows_out -= d
 
 
-def _finish_run(staging: RunStaging, report: RunReport, manifest: RunManifest, run_path: Path) -> None:
-    attrs_dir = staging.dir / "_step_attrs"
-    attrs = None
-    if attrs_dir.exists() and any(attrs_dir.glob("*.parquet")):
-        attrs = pl.scan_parquet(sorted(attrs_dir.glob("*.parquet")), missing_columns="insert", extra_columns="ignore",
-                                schema={"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean})
-    _dedupe_step_metrics(staging, report)
+def _finish_run(
+    staging: RunStaging, steps_acc: StepsAccumulator, report: RunReport, manifest: RunManifest, run_path: Path
+) -> None:
+    _dedupe_step_metrics(staging, steps_acc.metric_paths, report)
     _dedupe_gpu_samples(staging, report)
     config, facts = _infer_facts(staging, report, manifest, run_path)
     if facts.max_response_length is not None and manifest.max_response_length is None:
         samples = staging.scan("samples")
         if samples.select(pl.col("truncated").is_null().any()).collect().item():
             staging.replace("samples", with_truncation(samples, facts.max_response_length).collect())
-    steps = derive_steps(staging.scan("step_metrics"), attrs, n_gpus=facts.n_gpus)
+    # the common case (one file of metrics, read in line order): steps were derived chunk by
+    # chunk as the file was read; otherwise from the staged (deduplicated) rows
+    if steps_acc.exact:
+        steps = steps_acc.finish(n_gpus=facts.n_gpus)
+    else:
+        steps = derive_steps(staging.scan("step_metrics"), steps_acc.step_attrs(), n_gpus=facts.n_gpus)
     staging.replace("steps", steps)
     staging.replace("step_windows", derive_step_windows(steps, manifest))
-    if attrs_dir.exists():
-        shutil.rmtree(attrs_dir)
     sf = pl.DataFrame(
         [
             {

@@ -59,7 +59,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from analyses.schema import STEPS, conform
 
@@ -291,6 +293,14 @@ def is_validation_metric(metric: pl.Expr) -> pl.Expr:
     return pl.any_horizontal([metric.str.starts_with(p) for p in VALIDATION_PREFIXES])
 
 
+_TIME_SOURCE_METRICS = tuple(m for m, _src in STEP_TIME_SOURCES)
+# every metric a steps row reads (the rest of step_metrics only tells which steps exist)
+STEP_INPUT_METRICS: tuple[str, ...] = tuple(
+    dict.fromkeys([*(m for names in STEP_COLUMNS.values() for m in names), PER_GPU_THROUGHPUT, CUMULATIVE_TOKENS,
+                   *_TIME_SOURCE_METRICS])
+)
+
+
 def derive_steps(
     step_metrics: pl.LazyFrame,
     step_attrs: pl.LazyFrame | None = None,
@@ -302,25 +312,181 @@ def derive_steps(
     or two files of one run), the last occurrence in (path, line) order wins.
     ``step_attrs`` holds reader-provided per-step facts (``ts``, ``truncated_line``).
     """
-    time_sources = [m for m, _src in STEP_TIME_SOURCES]
-    wanted = {m for names in STEP_COLUMNS.values() for m in names} | {PER_GPU_THROUGHPUT, CUMULATIVE_TOKENS, *time_sources}
     sm = step_metrics.select("step", "metric", "value", "is_validation", "path", "line_no")
-    training_steps = sm.filter(~pl.col("is_validation")).select("step").unique()
-    val_steps = sm.filter(pl.col("is_validation")).select("step").unique().with_columns(has_validation=pl.lit(True))
+    flags = sm.group_by("step").agg(
+        is_training=(~pl.col("is_validation")).any(), is_val=pl.col("is_validation").any()
+    )
     last = (
-        sm.filter(~pl.col("is_validation") & pl.col("metric").is_in(list(wanted)))
+        sm.filter(~pl.col("is_validation") & pl.col("metric").is_in(list(STEP_INPUT_METRICS)))
         .sort("path", "line_no")
         .group_by("step", "metric")
         .agg(pl.col("value").last())
-        .collect()
     )
-    wide = last.pivot(on="metric", index="step", values="value") if last.height else pl.DataFrame({"step": []}, schema={"step": pl.Int64})
-    for m in wanted:
-        if m not in wide.columns:
-            wide = wide.with_columns(pl.lit(None, dtype=pl.Float64).alias(m))
+    flags_df, last_df = pl.collect_all([flags, last])
+    return steps_from_wide(_pivot(last_df), flags_df, step_attrs, n_gpus)
+
+
+def _pivot(last: pl.DataFrame) -> pl.DataFrame:
+    """(step, metric, value) -> one row per step, a column per metric present."""
+    if last.height == 0:
+        return pl.DataFrame(schema={"step": pl.Int64})
+    return last.pivot(on="metric", index="step", values="value")
+
+
+_CODE = {m: i for i, m in enumerate(STEP_INPUT_METRICS)}
+
+
+class StepsAccumulator:
+    """:func:`derive_steps` fed chunk by chunk, as a reader yields them, so the ingest never
+    re-reads and sorts the run's staged ``step_metrics``.
+
+    Per chunk it keeps only, per step, the last value of each of the ~20 metrics a steps row
+    reads (:data:`STEP_INPUT_METRICS`, a column each, only those present) and which steps are
+    training / validation steps; :meth:`finish` combines the chunks (per column, the last
+    non-null in chunk order) and gives exactly what :func:`derive_steps` gives on the staged
+    rows. That holds when chunk order is (path, line) order: one file carries step metrics,
+    its chunks come in line order, and no step metric is null. Otherwise :attr:`exact` is False
+    and the caller derives from the staged rows.
+    """
+
+    def __init__(self) -> None:
+        self._wide: dict[str, list[pl.DataFrame]] = {}
+        self._training: dict[str, list[np.ndarray]] = {}
+        self._val: dict[str, list[np.ndarray]] = {}
+        self._attrs: dict[str, list[pl.DataFrame]] = {}
+        self._max_line: dict[str, int] = {}
+        self._in_order = True
+
+    def add(self, step_metrics: pl.DataFrame, path: str) -> None:
+        """One chunk of ``step_metrics`` rows (any subset of the table's columns) of file ``path``."""
+        if step_metrics.height == 0:
+            return
+        self._training.setdefault(path, [])
+        if not self._in_order:
+            return  # the staged rows will be read anyway
+        need = ("step", "metric", "value", "is_validation", "line_no")
+        if any(c not in step_metrics.columns for c in need):
+            self._in_order = False
+            return
+        sm = step_metrics.select(
+            pl.col("step").cast(pl.Int64, strict=False),
+            pl.col("is_validation").cast(pl.Boolean, strict=False),
+            pl.col("line_no").cast(pl.Int64, strict=False),
+            pl.col("value").cast(pl.Float64, strict=False),
+            code=pl.col("metric").cast(pl.String).replace_strict(_CODE, default=None, return_dtype=pl.Int64),
+        )
+        # nulls make "last in (path, line) order" a question numpy cannot answer: staged path
+        if sum(sm.get_column(c).null_count() for c in ("step", "is_validation", "line_no")):
+            self._in_order = False
+            return
+        line = sm.get_column("line_no").to_numpy()
+        prev = self._max_line.get(path)
+        if prev is not None and int(line.min()) <= prev:
+            self._in_order = False
+            return
+        self._max_line[path] = int(line.max())
+        is_val = pl.col("is_validation")
+        self._training[path].append(sm.filter(~is_val).get_column("step").unique().to_numpy())
+        self._val.setdefault(path, []).append(sm.filter(is_val).get_column("step").unique().to_numpy())
+        want = sm.filter(pl.col("code").is_not_null() & ~is_val)
+        if want.height == 0:
+            return
+        # a null value is "logged, no value": derive_steps would let it hide an earlier value
+        if want.get_column("value").null_count():
+            self._in_order = False
+            return
+        if not want.get_column("line_no").is_sorted():
+            want = want.sort("line_no", maintain_order=True)
+        # the last row of each (step, metric) in line order
+        key = pl.col("step") * len(STEP_INPUT_METRICS) + pl.col("code")
+        last = want.filter(key.is_last_distinct())
+        l_step = last.get_column("step").to_numpy()
+        l_code = last.get_column("code").to_numpy()
+        l_val = last.get_column("value").to_numpy()
+        steps = np.unique(l_step)
+        row = np.searchsorted(steps, l_step)
+        cols: dict[str, pa.Array] = {"step": pa.array(steps)}
+        for code in np.unique(l_code):
+            sel = l_code == code
+            vals = np.zeros(len(steps))
+            mask = np.ones(len(steps), dtype=bool)
+            vals[row[sel]] = l_val[sel]
+            mask[row[sel]] = False
+            cols[STEP_INPUT_METRICS[int(code)]] = pa.array(vals, mask=mask)
+        self._wide.setdefault(path, []).append(pl.from_arrow(pa.table(cols)))  # type: ignore[arg-type]
+
+    def add_attrs(self, step_attrs: pl.DataFrame, path: str) -> None:
+        """A chunk's ``step_attrs`` (``step``, ``ts``, ``truncated_line``; any subset)."""
+        if step_attrs.height:
+            self._attrs.setdefault(path, []).append(step_attrs)
+
+    def discard(self, path: str) -> None:
+        """Forget what file ``path`` gave (its rows were not staged)."""
+        for d in (self._wide, self._training, self._val, self._attrs, self._max_line):
+            d.pop(path, None)
+
+    @property
+    def metric_paths(self) -> list[str]:
+        """Files that gave step metrics."""
+        return sorted(self._training)
+
+    @property
+    def exact(self) -> bool:
+        """True when :meth:`finish` equals :func:`derive_steps` on the staged rows."""
+        return self._in_order and len(self._training) <= 1
+
+    def step_attrs(self) -> pl.LazyFrame | None:
+        """Every chunk's step attributes, in file and chunk order (None when no reader gave any)."""
+        frames = [f for p in sorted(self._attrs) for f in self._attrs[p]]
+        if not frames:
+            return None
+        types = {"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean}
+        return pl.concat(
+            [f.lazy().select([(pl.col(c).cast(t) if c in f.columns else pl.lit(None, dtype=t)).alias(c)
+                              for c, t in types.items()]) for f in frames]
+        )
+
+    def finish(self, n_gpus: int | None = None) -> pl.DataFrame:
+        """The ``steps`` rows (only when :attr:`exact`)."""
+        if not self.exact:
+            raise ValueError("chunks are not in (path, line) order: derive steps from the staged rows")
+        parts = [f for p in sorted(self._wide) for f in self._wide[p]]
+        wide = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame(schema={"step": pl.Int64})
+        if wide.height and not wide.get_column("step").is_unique().all():  # a step re-logged in a later chunk
+            cols = [c for c in wide.columns if c != "step"]
+            wide = wide.group_by("step", maintain_order=True).agg([pl.col(c).drop_nulls().last() for c in cols])
+        training = _unique_steps(self._training)
+        val = _unique_steps(self._val)
+        flags = pl.DataFrame({"step": np.union1d(training, val)}, schema={"step": pl.Int64}).with_columns(
+            is_training=pl.col("step").is_in(pl.Series(training, dtype=pl.Int64).implode()),
+            is_val=pl.col("step").is_in(pl.Series(val, dtype=pl.Int64).implode()),
+        )
+        return steps_from_wide(wide, flags, self.step_attrs(), n_gpus)
+
+
+def _unique_steps(parts: dict[str, list[np.ndarray]]) -> np.ndarray:
+    arrays = [a for p in parts.values() for a in p]
+    return np.unique(np.concatenate(arrays)) if arrays else np.array([], dtype=np.int64)
+
+
+def steps_from_wide(
+    wide: pl.DataFrame,
+    flags: pl.DataFrame,
+    step_attrs: pl.LazyFrame | None = None,
+    n_gpus: int | None = None,
+) -> pl.DataFrame:
+    """The ``steps`` rows from ``wide`` (per step, the last value of each metric present, a
+    column each) and ``flags`` (``step``, ``is_training``, ``is_val``: whether the step has a
+    non-validation / a validation metric)."""
+    time_sources = list(_TIME_SOURCE_METRICS)
+    missing = [pl.lit(None, dtype=pl.Float64).alias(m) for m in STEP_INPUT_METRICS if m not in wide.columns]
+    if missing:
+        wide = wide.with_columns(missing)
     cols = [pl.coalesce([pl.col(m) for m in names]).alias(col) for col, names in STEP_COLUMNS.items()]
     out = wide.select("step", PER_GPU_THROUGHPUT, CUMULATIVE_TOKENS, *time_sources, *cols)
-    out = training_steps.collect().join(out, on="step", how="left").sort("step")
+    training_steps = flags.filter(pl.col("is_training")).select("step")
+    val_steps = flags.filter(pl.col("is_val")).select("step", has_validation=pl.lit(True))
+    out = training_steps.join(out, on="step", how="left").sort("step")
     if step_attrs is not None:
         attrs = (
             step_attrs.group_by("step")
@@ -351,6 +517,6 @@ def derive_steps(
     job_tp = pl.col("total_tokens") / pl.col("step_time_s")
     per_gpu = pl.col(PER_GPU_THROUGHPUT) * (n_gpus if n_gpus else None)
     out = out.with_columns(throughput_tokens_per_s=pl.coalesce(job_tp, per_gpu))
-    out = out.join(val_steps.collect(), on="step", how="left").with_columns(pl.col("has_validation").fill_null(False))
+    out = out.join(val_steps, on="step", how="left").with_columns(pl.col("has_validation").fill_null(False))
     out = out.with_columns(pl.col("truncated_line").fill_null(False)) if "truncated_line" in out.columns else out
     return conform(out.sort("step"), STEPS)

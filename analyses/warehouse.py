@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from analyses.schema import TABLES, Table, conform
 
@@ -308,6 +309,7 @@ class RunStaging:
         self._owner_fd = os.open(owner, os.O_RDWR)
         fcntl.flock(self._owner_fd, fcntl.LOCK_EX)
         self._counters: dict[str, int] = {}
+        self._writers: dict[tuple[str, str], pq.ParquetWriter] = {}
 
     def table_dir(self, table: str) -> Path:
         return self.dir / table
@@ -320,6 +322,35 @@ class RunStaging:
         n = self._counters.get(table, 0)
         self._counters[table] = n + 1
         return write_part(conform(df, t), t, self.table_dir(table) / f"{prefix}-{n:06d}.parquet")
+
+    def append(self, table: str, df: pl.DataFrame, prefix: str) -> int:
+        """Conform ``df`` to ``table`` and append it to the one part file of ``prefix`` (a row
+        group per call), so a file read in many chunks stages one part per table and the commit
+        renames it instead of rewriting it. :meth:`seal` closes the part; returns rows written."""
+        if df.height == 0:
+            return 0
+        t = TABLES[table]
+        out = conform(df, t).select([c for c in t.stored_columns])
+        batch = out.to_arrow(compat_level=pl.CompatLevel.oldest())
+        w = self._writers.get((table, prefix))
+        if w is None:
+            d = self.table_dir(table)
+            d.mkdir(parents=True, exist_ok=True)
+            w = pq.ParquetWriter(d / f"{prefix}-a.parquet", batch.schema, compression="zstd")
+            self._writers[(table, prefix)] = w
+        w.write_table(batch)
+        return out.height
+
+    def seal(self, prefix: str) -> None:
+        """Close the part files :meth:`append` opened for ``prefix`` (before anything reads them)."""
+        for key in [k for k in self._writers if k[1] == prefix]:
+            self._writers.pop(key).close()
+
+    def discard(self, prefix: str) -> None:
+        """Drop every part staged under ``prefix`` (a file that failed midway)."""
+        self.seal(prefix)
+        for p in self.dir.glob(f"*/{prefix}-*.parquet"):
+            p.unlink()
 
     def scan(self, table: str) -> pl.LazyFrame:
         """What is staged so far for ``table`` (empty frame with the contract schema if nothing)."""
@@ -423,6 +454,9 @@ class RunStaging:
         return CommitRefused(self.run_id, problems, kept)
 
     def _close(self) -> None:
+        for w in self._writers.values():
+            w.close()
+        self._writers.clear()
         if self._owner_fd is not None:
             os.close(self._owner_fd)
             self._owner_fd = None

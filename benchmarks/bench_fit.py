@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -40,23 +41,41 @@ from analyses.fit.workload import fit_values  # noqa: E402
 LIMIT_S = 30.0
 
 
-def main(n: int = 10_000_000, naive: bool = False, repeat: int = 3) -> int:
+def data(n: int) -> tuple[np.ndarray, float, np.ndarray]:
+    """Seeded lengths (two modes, 2% censored at the cap), the cap, and latencies."""
     rng = np.random.default_rng(0)
     k = int(n * 0.7)
     lengths = np.rint(np.concatenate([rng.lognormal(6.0, 0.4, k), rng.lognormal(8.0, 0.5, n - k)]))
     cap = float(np.quantile(lengths, 0.98))
-    lengths = np.minimum(lengths, cap)
-    lat = rng.lognormal(-1.5, 0.8, n)
-    cases = {
+    return np.minimum(lengths, cap), cap, rng.lognormal(-1.5, 0.8, n)
+
+
+def cases(n: int) -> dict[str, Callable[[], object]]:
+    """The fitted variables: name -> the call that fits it."""
+    lengths, cap, lat = data(n)
+    return {
         "lengths/families": lambda: fit_continuous(lengths, censor_at=cap),
         "lengths/generator": lambda: fit_values(lengths, cap=cap),
         "latency/body_tail": lambda: fit_body_tail(lat),
         "latency/generator": lambda: fit_values(lat, integer=False, lower=0.0),
     }
+
+
+def measure(n: int, repeat: int = 3) -> dict[str, tuple[float, float]]:
+    """Per variable: (fastest wall seconds, fit units of the run with the smallest ratio)."""
+    out = {}
+    for name, fn in cases(n).items():
+        runs = [beside(fn) for _ in range(repeat)]
+        t, unit, _fit = min(runs, key=lambda x: x[0].wall / x[1].wall)
+        out[name] = (min(x[0].wall for x in runs), t.wall / unit.wall)
+    return out
+
+
+def main(n: int = 10_000_000, naive: bool = False, repeat: int = 3) -> int:
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; each case {repeat}x, the unit "
           "(scipy.stats.lognorm.fit, 200k samples) timed right before and after each run; the run with the smallest ratio")
     ok = True
-    for name, fn in cases.items():
+    for name, fn in cases(n).items():
         runs = [beside(fn) for _ in range(repeat)]
         t, unit, fit = min(runs, key=lambda x: x[0].wall / x[1].wall)
         r = t / unit
@@ -66,12 +85,13 @@ def main(n: int = 10_000_000, naive: bool = False, repeat: int = 3) -> int:
               f"= {r.cpu:5.1f} CPU units; fastest {min(x[0].wall for x in runs):.2f} s; target <= {LIMIT_S:.0f} s: {v}   "
               f"{describe(fit)}")
     if naive:
+        lengths, cap, _lat = data(n)
         m = min(n, 1_000_000)
         sub = lengths[:: max(1, n // m)][:m]
         t_ours, _ = timed(lambda: fit_continuous(sub, censor_at=cap))
-        data = stats.CensoredData(uncensored=sub[sub < cap], right=sub[sub >= cap])
+        cens = stats.CensoredData(uncensored=sub[sub < cap], right=sub[sub >= cap])
         fams = [f for f in DEFAULT_FAMILIES if hasattr(stats, f)]
-        t_naive, _ = timed(lambda: [getattr(stats, f).fit(data, floc=0) for f in fams])
+        t_naive, _ = timed(lambda: [getattr(stats, f).fit(cens, floc=0) for f in fams])
         print(f"same {m:,} lengths: ours {t_ours.wall:.2f} s, plain scipy censored MLE of {len(fams)} families "
               f"{t_naive.wall:.2f} s -> {t_naive.wall / t_ours.wall:.1f}x")
     return 0 if ok else 1

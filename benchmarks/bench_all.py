@@ -1,0 +1,311 @@
+"""``make bench``: every issue-14 target (``benchmarks/targets.py``) measured side by side in one
+run, each number the best of ``--repeat`` (>= 3) repetitions, then one PASS/MISS table.
+
+Sections (``--only`` picks some):
+
+* ``ingest``: a verl console log of ``--size-gb`` (and 4x that) built under ``--work`` by repeating
+  the real Qwen2.5-0.5B log (steps renumbered); in separate subprocesses on a warm page cache:
+  DuckDB ``read_csv`` of the bytes as one VARCHAR column (the floor), the reader alone, and the
+  whole ``ingest_run`` into a fresh warehouse; speed ratios, peak RSS (``wait4``), 4x scaling.
+* ``v2``: ``--v2-gb`` of ``multiturn_workload_step_*.jsonl`` (copies of the real Search-R1 step 0)
+  read by our reader vs DuckDB typed ``read_json`` (``count`` and the list lengths, so every line
+  is parsed); and 100 real-size step files (the step-0 head, ~10 KB) read one by one: ms per file.
+* ``catalog``: a warehouse of ``--catalog-runs`` runs (one file per table per run: runs x tables
+  part files); ``analyses.catalog.connect`` plus one ``count(*)`` over ``samples``.
+* ``fit`` / ``fidelity``: ``bench_fit.py`` (10 M samples per variable) and ``bench_fidelity.py``
+  (``polytrace fidelity --all`` in fit units).
+
+Run: ``.venv/bin/python benchmarks/bench_all.py`` (~10 min) or ``--quick`` (~2 min: smaller
+inputs, fewer samples, no fidelity). Inputs go to ``--work`` (default /tmp/polytrace-bench),
+never into the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("POLARS_MAX_THREADS", "2")
+
+from bench_verl_reader import REAL_LOGS, build_log, run_floor, run_ours, warm  # noqa: E402
+from targets import BY_KEY, TARGETS  # noqa: E402
+
+V2_STEP0 = REAL_LOGS / "polytrace/search_r1/profile/multiturn_workload_log/0617_0223/multiturn_workload_step_0.jsonl"
+SMALL_FILE_BYTES = 11_000
+SMALL_FILES = 100
+
+
+# ---------------------------------------------------------------------------- children (one measurement each)
+
+
+def _ingest(path: Path, root: Path) -> dict:
+    from analyses.ingest import ingest_run
+
+    rep = ingest_run(path, root, run_id="bench")
+    return {"rows": rep.table_rows.get("step_metrics", 0), "steps": rep.table_rows.get("steps", 0)}
+
+
+def _read_dir(d: Path, limit: int | None = None) -> int:
+    from analyses.manifest import RunManifest
+    from analyses.readers import detect, read_file
+    from analyses.readers.base import FileContext
+
+    n = 0
+    for f in sorted(d.glob("*.jsonl"))[:limit]:
+        reader = detect(f)
+        if reader is None:
+            raise SystemExit(f"no reader for {f}")
+        ctx = FileContext(run_id="bench", path=f, rel_path=f.name, manifest=RunManifest())
+        n += sum(c.rows_ok for c in read_file(reader, ctx))
+    return n
+
+
+def _read_json(d: Path) -> int:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {int(os.environ['POLARS_MAX_THREADS'])}")
+    glob = str(d / "*.jsonl").replace("'", "''")
+    n, _t, _c = con.execute(
+        f"SELECT count(*), sum(len(turns)), sum(len(tool_calls)) FROM read_json('{glob}', format = 'newline_delimited')"
+    ).fetchone()
+    return int(n)
+
+
+def _catalog(root: Path) -> int:
+    from analyses.catalog import connect
+
+    con = connect(root)
+    return int(con.execute("SELECT count(*) FROM samples").fetchone()[0])
+
+
+def child(method: str, path: Path, root: Path | None) -> None:
+    import duckdb  # noqa: F401
+
+    import analyses.ingest  # noqa: F401  (imports are not what is measured)
+
+    if root is not None and method == "ingest":
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+    runners = {
+        "floor": lambda: run_floor(path),
+        "reader": lambda: run_ours(path),
+        "ingest": lambda: _ingest(path, root),
+        "v2_ours": lambda: _read_dir(path),
+        "v2_floor": lambda: _read_json(path),
+        "catalog": lambda: _catalog(path),
+    }
+    if method == "v2_ours":  # the reader's lazy imports and its DuckDB connection are not what is measured
+        _read_dir(path, limit=1)
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = runners[method]()
+    print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "out": out}))
+
+
+def measure(method: str, path: Path, root: Path | None = None) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, __file__, "--child", method, "--file", str(path)] + (["--root", str(root)] if root else [])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, cwd=REPO)
+    stdout = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{method} on {path} failed")
+    res = json.loads(stdout.decode().strip().splitlines()[-1])
+    res["rss_mb"] = usage.ru_maxrss / 1024
+    return res
+
+
+def best(method: str, path: Path, repeat: int, root: Path | None = None) -> dict:
+    """The fastest of ``repeat`` runs (its RSS: the largest seen)."""
+    runs = [measure(method, path, root) for _ in range(repeat)]
+    fastest = min(runs, key=lambda r: r["seconds"])
+    fastest["rss_mb"] = max(r["rss_mb"] for r in runs)
+    fastest["all"] = [round(r["seconds"], 3) for r in runs]
+    return fastest
+
+
+# ---------------------------------------------------------------------------- sections
+
+
+def section_ingest(work: Path, size_gb: float, repeat: int, got: dict, notes: list[str]) -> None:
+    one = build_log(size_gb, out_dir=work)
+    four = build_log(size_gb * 4, out_dir=work)
+    root = work / "ingest_wh"
+    res = {}
+    for label, path in (("1x", one), ("4x", four)):
+        warm(path)
+        for m in ("floor", "reader", "ingest"):
+            if label == "4x" and m == "reader":
+                continue
+            res[(label, m)] = r = best(m, path, repeat, root if m == "ingest" else None)
+            print(f"  ingest {label} {m}: {r['seconds']:.2f} s (runs {r['all']}), CPU {r['cpu']:.2f} s, "
+                  f"RSS {r['rss_mb']:,.0f} MB", flush=True)
+    shutil.rmtree(root, ignore_errors=True)
+    got["ingest_vs_floor"] = res[("1x", "floor")]["seconds"] / res[("1x", "ingest")]["seconds"]
+    got["reader_vs_floor"] = res[("1x", "floor")]["seconds"] / res[("1x", "reader")]["seconds"]
+    got["ingest_rss_mb"] = max(res[("1x", "ingest")]["rss_mb"], res[("4x", "ingest")]["rss_mb"])
+    got["ingest_scaling_4x"] = res[("4x", "ingest")]["seconds"] / res[("1x", "ingest")]["seconds"]
+    at4 = res[("4x", "floor")]["seconds"] / res[("4x", "ingest")]["seconds"]
+    notes.append(f"ingest: {one.stat().st_size / 1e6:,.0f} MB (1x) and {four.stat().st_size / 1e6:,.0f} MB (4x) verl logs "
+                 f"(the real Qwen log repeated); at 4x the whole ingest runs at {at4:.2f}x the floor")
+
+
+def build_v2(work: Path, gb: float) -> tuple[Path, Path]:
+    data = V2_STEP0.read_bytes()
+    big, small = work / f"v2_{gb:g}gb", work / "v2_small"
+    n = max(1, -(-int(gb * 1e9) // len(data)))
+    if not big.exists() or len(list(big.glob("*.jsonl"))) != n:
+        shutil.rmtree(big, ignore_errors=True)
+        big.mkdir(parents=True)
+        for i in range(n):
+            (big / f"multiturn_workload_step_{i}.jsonl").write_bytes(data)
+    head = data[:SMALL_FILE_BYTES]
+    head = head[: head.rfind(b"\n") + 1]  # whole lines only
+    if not small.exists():
+        small.mkdir(parents=True)
+        for i in range(SMALL_FILES):
+            (small / f"multiturn_workload_step_{i}.jsonl").write_bytes(head)
+    return big, small
+
+
+def section_v2(work: Path, gb: float, repeat: int, got: dict, notes: list[str]) -> None:
+    big, small = build_v2(work, gb)
+    size = sum(f.stat().st_size for f in big.glob("*.jsonl"))
+    for f in big.glob("*.jsonl"):
+        warm(f)
+    ours = best("v2_ours", big, repeat)
+    floor = best("v2_floor", big, repeat)
+    few = best("v2_ours", small, repeat)
+    print(f"  v2 {size / 1e6:,.0f} MB: ours {ours['seconds']:.2f} s (runs {ours['all']}), read_json "
+          f"{floor['seconds']:.2f} s; {SMALL_FILES} small files {few['seconds']:.3f} s", flush=True)
+    got["v2_vs_read_json"] = floor["seconds"] / ours["seconds"]
+    got["v2_small_file_ms"] = few["seconds"] / SMALL_FILES * 1000
+    one = next(small.glob("*.jsonl")).stat().st_size
+    notes.append(f"v2: {size / 1e6:,.0f} MB in {len(list(big.glob('*.jsonl')))} copies of the real step 0; "
+                 f"{SMALL_FILES} files of {one:,} bytes (its first lines)")
+
+
+def build_catalog(root: Path, runs: int) -> int:
+    """``runs`` published runs, each a few sample rows (every table one file per run)."""
+    import polars as pl
+
+    from analyses.catalog import refresh_catalog
+    from analyses.warehouse import RunStaging, read_published
+
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(runs):
+        rid = f"bench-{i:05d}"
+        if read_published(root, rid) is not None:
+            continue
+        st = RunStaging(root, rid)
+        st.add("samples", pl.DataFrame({"step": [0, 0, 1], "sample_idx": [0, 1, 0]}))
+        st.commit()
+    refresh_catalog(root)
+    return sum(1 for _ in (root / "parquet").rglob("*.parquet"))
+
+
+def section_catalog(work: Path, runs: int, repeat: int, got: dict, notes: list[str]) -> None:
+    root = work / f"catalog_{runs}"
+    parts = build_catalog(root, runs)
+    r = best("catalog", root, repeat)
+    print(f"  catalog {runs} runs, {parts:,} part files: {r['seconds']:.3f} s (runs {r['all']})", flush=True)
+    got["catalog_open_s"] = r["seconds"]
+    notes.append(f"catalog: {runs} runs, {parts:,} part files")
+
+
+def section_fit(n: int, repeat: int, got: dict, notes: list[str]) -> None:
+    import bench_fit
+
+    res = bench_fit.measure(n, repeat)
+    for name, (secs, units) in res.items():
+        print(f"  fit {name} n={n:,}: {secs:.2f} s = {units:.1f} fit units", flush=True)
+    got["fit_10m_s"] = max(s for s, _u in res.values())
+    notes.append(f"fit: {n:,} samples per variable (the target is for 10 M)")
+
+
+def section_fidelity(repeat: int, got: dict, notes: list[str]) -> None:
+    import bench_fidelity
+
+    secs, units, _out = bench_fidelity.measure(REAL_LOGS, repeat)
+    print(f"  fidelity --all: {secs:.1f} s = {units:.0f} fit units", flush=True)
+    got["fidelity_units"] = units
+    notes.append("fidelity: the five shared real PolyTrace runs")
+
+
+# ---------------------------------------------------------------------------- table
+
+
+def table(got: dict[str, float]) -> str:
+    rows = ["| target | limit | measured | verdict |", "|---|---:|---:|---|"]
+    for t in TARGETS:
+        v = got.get(t.key)
+        shown = "-" if v is None else (f"{v:,.0f} {t.unit}" if t.unit in ("MB", "units") else f"{v:.3g} {t.unit}")
+        rows.append(f"| {t.what} | {t.limit_text()} | {shown} | {t.verdict(v)} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small inputs, fewer samples, no fidelity (~2 min)")
+    ap.add_argument("--only", default="ingest,v2,catalog,fit,fidelity")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--work", type=Path, default=Path(os.environ.get("POLYTRACE_BENCH_WORK", "/tmp/polytrace-bench")))
+    ap.add_argument("--size-gb", type=float, default=None, help="verl log size (4x is measured too); default 0.3")
+    ap.add_argument("--v2-gb", type=float, default=None, help="v2 JSONL size; default 1.0")
+    ap.add_argument("--catalog-runs", type=int, default=None, help="runs in the catalog warehouse; default 200")
+    ap.add_argument("--fit-n", type=int, default=None, help="samples per fitted variable; default 10 M")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--file", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        child(a.child, a.file, a.root)
+        return 0
+    if a.repeat < 3:
+        ap.error("--repeat must be >= 3 (the table reports the best of at least three runs)")
+    only = set(a.only.split(","))
+    if a.quick:
+        only.discard("fidelity")
+    size = a.size_gb or (0.075 if a.quick else 0.3)
+    v2_gb = a.v2_gb or (0.1 if a.quick else 1.0)
+    cat_runs = a.catalog_runs or (50 if a.quick else 200)
+    fit_n = a.fit_n or (1_000_000 if a.quick else 10_000_000)
+    a.work.mkdir(parents=True, exist_ok=True)
+    got: dict[str, float] = {}
+    notes: list[str] = []
+    load0 = os.getloadavg()
+    t0 = time.perf_counter()
+    print(f"machine: {os.cpu_count()} CPUs, POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']}, "
+          f"load average {load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f}; best of {a.repeat}", flush=True)
+    if "ingest" in only:
+        section_ingest(a.work, size, a.repeat, got, notes)
+    if "v2" in only:
+        section_v2(a.work, v2_gb, a.repeat, got, notes)
+    if "catalog" in only:
+        section_catalog(a.work, cat_runs, a.repeat, got, notes)
+    if "fit" in only:
+        section_fit(fit_n, a.repeat, got, notes)
+    if "fidelity" in only:
+        section_fidelity(a.repeat, got, notes)
+    load1 = os.getloadavg()
+    print()
+    print(table(got))
+    print()
+    for n in notes:
+        print(f"- {n}")
+    print(f"- views at scale ({BY_KEY['views_vs_sql'].what}): not measured by this harness yet")
+    print(f"- load average at start {load0[0]:.1f}, at end {load1[0]:.1f} (1 min); {time.perf_counter() - t0:.0f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""``StepsAccumulator`` (steps derived chunk by chunk while a file is read) gives exactly what
+``derive_steps`` gives on the staged rows: on small frames, on a resumed run that re-logs a step
+in a later chunk, and on the real logs read in many small chunks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from analyses.manifest import RunManifest
+from analyses.readers import detect, read_file
+from analyses.readers.base import FileContext
+from analyses.readers.verl_console import VerlConsoleReader
+from analyses.schema import STEP_METRICS, conform
+from analyses.steps import StepsAccumulator, derive_steps
+
+
+def _rows(step: list[int], metric: list[str], value: list[float], line_no: list[int], val: bool = False) -> pl.DataFrame:
+    return pl.DataFrame({"step": step, "metric": metric, "value": value, "line_no": line_no,
+                         "is_validation": [val] * len(step), "raw_metric": metric})
+
+
+def _old(chunks: list[pl.DataFrame], path: str = "a.log", attrs: pl.DataFrame | None = None) -> pl.DataFrame:
+    staged = pl.concat([conform(c.with_columns(path=pl.lit(path)), STEP_METRICS) for c in chunks])
+    return derive_steps(staged.lazy(), attrs.lazy() if attrs is not None else None)
+
+
+def _new(chunks: list[pl.DataFrame], path: str = "a.log", attrs: pl.DataFrame | None = None) -> StepsAccumulator:
+    acc = StepsAccumulator()
+    for c in chunks:
+        acc.add(c, path)
+    if attrs is not None:
+        acc.add_attrs(attrs, path)
+    return acc
+
+
+def test_resumed_step_relogged_in_a_later_chunk_takes_the_later_values() -> None:
+    first = _rows([1, 1, 2, 2, 3], ["timing_s/gen", "timing_s/step", "timing_s/gen", "timing_s/step", "timing_s/gen"],
+                  [1.0, 2.0, 1.5, 2.5, 1.7], [10, 10, 11, 11, 12])
+    # the restart re-logs step 3 (gen only) and goes on; step 2 gets a step time again, gen not
+    second = _rows([2, 3, 3, 4], ["timing_s/step", "timing_s/gen", "timing_s/step", "timing_s/gen"],
+                   [9.0, 3.0, 4.0, 5.0], [20, 21, 21, 22])
+    val = _rows([3], ["val-core/acc"], [0.5], [23], val=True)
+    acc = _new([first, second, val])
+    assert acc.exact
+    got = acc.finish()
+    assert_frame_equal(got, _old([first, second, val]))
+    by_step = {r["step"]: r for r in got.iter_rows(named=True)}
+    assert (by_step[2]["gen_time_s"], by_step[2]["step_time_s"]) == (1.5, 9.0)  # gen from chunk 1, step from 2
+    assert (by_step[3]["gen_time_s"], by_step[3]["step_time_s"], by_step[3]["has_validation"]) == (3.0, 4.0, True)
+    assert by_step[4]["step_time_source"] == "sum_of_stages"
+
+
+def test_a_step_relogged_within_one_chunk_keeps_the_last_line() -> None:
+    rows = _rows([5, 5], ["timing_s/step", "timing_s/step"], [1.0, 7.0], [3, 1])  # rows out of line order
+    assert _new([rows]).finish()["step_time_s"].to_list() == [1.0]
+    assert_frame_equal(_new([rows]).finish(), _old([rows]))
+
+
+def test_chunks_out_of_line_order_or_two_metric_files_are_not_exact() -> None:
+    a = _rows([1], ["timing_s/gen"], [1.0], [10])
+    b = _rows([2], ["timing_s/gen"], [2.0], [5])
+    assert not _new([a, b]).exact
+    acc = _new([a])
+    acc.add(b, "b.log")
+    assert not acc.exact
+    acc.discard("b.log")  # a file that failed: its rows were not staged
+    assert acc.exact and acc.finish()["gen_time_s"].to_list() == [1.0]
+
+
+def test_a_null_value_makes_the_staged_path_decide() -> None:
+    rows = _rows([1, 1], ["timing_s/gen", "timing_s/gen"], [1.0, None], [1, 2])  # type: ignore[list-item]
+    assert not _new([rows]).exact
+
+
+REAL = [
+    "verl/Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567.log",
+    "verl/gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640.log",
+    "verl/GUI-Cursor-Moving_verl_demo.log",
+    "verl_agentic_open-agentrl/run-20251129_221801-i80f2v90/files/output.log",
+    "unsloth_grpo/run-20251217-122231.log",
+    "trl_grpo_terminal/20251022_181457/run_terminal.md",
+    "verl_jsonl_filelogger/HanlinDu_verl/verl_examples/gsm8k.jsonl",
+]
+
+
+@pytest.mark.parametrize("rel", REAL)
+def test_real_log_in_small_chunks_matches_derive_steps(real_file, rel: str) -> None:
+    path: Path = real_file(rel)
+    reader = detect(path)
+    assert reader is not None
+    if isinstance(reader, VerlConsoleReader):
+        reader = VerlConsoleReader(batch_lines=64, max_workers=1)  # many chunks, steps split across them
+    ctx = FileContext(run_id="r", path=path, rel_path=rel, manifest=RunManifest())
+    chunks, attrs = [], []
+    for chunk in read_file(reader, ctx):
+        if "step_metrics" in chunk.tables:
+            chunks.append(chunk.tables["step_metrics"])
+        if chunk.step_attrs is not None and chunk.step_attrs.height:
+            attrs.append(chunk.step_attrs)
+    assert chunks
+    acc = _new(chunks, rel)
+    for a in attrs:
+        acc.add_attrs(a, rel)
+    assert acc.exact
+    # the staged attrs as the ingest used to read them back (every column, typed)
+    typed = {"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean}
+    staged = [a.select([(pl.col(c).cast(t) if c in a.columns else pl.lit(None, dtype=t)).alias(c)
+                        for c, t in typed.items()]) for a in attrs]
+    old = _old(chunks, rel, pl.concat(staged) if staged else None)
+    assert old.height > 0
+    assert_frame_equal(acc.finish(), old)

@@ -165,6 +165,15 @@ def test_v1_reader_layouts(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- suite.py --validate, by hand
 
 
+def test_read_v1_command_line_sums_each_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # step 3: prompts 10 and 20, flat outputs of 2 per prompt -> 2 prompts of 2 samples, 30 and 1+2+3+4 tokens
+    p = tmp_path / "w.json"
+    p.write_text(json.dumps({"3": {"input": [10, 20], "output": [1, 2, 3, 4]}}))
+    assert up.main(["--read-v1", str(p)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"3": {"prompts": 2, "samples_per_prompt": [2], "prompt_tokens": 30,
+                                                         "response_tokens": 10}}
+
+
 def test_step_groups() -> None:
     assert up.parse_step_groups("0;1;2;3") == [["0"], ["1"], ["2"], ["3"]]
     assert up.parse_step_groups("0,1;2,3") == [["0", "1"], ["2", "3"]]

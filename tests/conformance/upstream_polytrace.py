@@ -368,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workload-path", type=Path, help="override the config's workload_path (nothing else changes)")
     ap.add_argument("--replay", type=Path, metavar="STEP_FILE", help="replay a multiturn_workload_step_<k>.jsonl")
     ap.add_argument("--samples-per-prompt", type=int, help="pad groups to this many samples (replay)")
+    ap.add_argument("--read-v1", type=Path, metavar="V1_FILE", help="read every step of a v1 workload file")
     a = ap.parse_args(argv)
     if a.validate is not None:
         res = validate(load_config(a.validate), a.workload_path)
@@ -379,7 +380,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "recorded_prompt_tokens": st.recorded_prompt_tokens, "ratio": st.ratio,
                           "tool_calls": st.tool_calls, "tool_wait_s": st.tool_wait_s}, indent=1))
         return 0
-    ap.error("give --validate CONFIG or --replay STEP_FILE")
+    if a.read_v1 is not None:
+        shapes = {}
+        for s in v1_steps(a.read_v1):
+            inputs, groups = read_v1(a.read_v1, s)
+            shapes[s] = {"prompts": len(inputs), "samples_per_prompt": sorted({len(g) for g in groups}),
+                         "prompt_tokens": sum(inputs), "response_tokens": sum(map(sum, groups))}
+        print(json.dumps(shapes, indent=1))
+        return 0
+    ap.error("give --validate CONFIG, --replay STEP_FILE or --read-v1 V1_FILE")
     return 2
 
 

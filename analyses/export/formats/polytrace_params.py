@@ -167,7 +167,9 @@ FORMAT = ExportFormat(
     files="task_distribution_parameters.json",
     consumer="upstream PolyTrace workload generator",
     loader="dataset/workloads/enhanced_task_distribution_parameters.json readers",
-    try_it="compare with ../shared/real_logs/polytrace/dataset/workloads/enhanced_task_distribution_parameters.json",
+    try_it="python -c \"import json, scipy.stats as st; d = json.load(open('task_distribution_parameters.json')); "
+    "[print(k, getattr(st, v['input_distribution']['type'])(*v['input_distribution']['parameters']).median()) "
+    "for k, v in d.items() if k.endswith('_task')]\"",
     write=_write,
     check=check_polytrace_params,
     checked_against=UPSTREAM_POLYTRACE,

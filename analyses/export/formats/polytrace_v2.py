@@ -104,7 +104,8 @@ FORMAT = ExportFormat(
     "dapo_filter_indices.jsonl",
     consumer="upstream PolyTrace (suite.py --validate, Generator.py readers, multi-turn replay)",
     loader="suite.py --validate CONFIG; */verl/trainer/Generator.py; _async_replay_workload_request",
-    try_it="python suite.py --validate configs/<config>.yaml (workload_path: the export directory)",
+    try_it="python suite.py --validate configs/<config>.yaml with workload_path the export directory; here the model: "
+    "python tests/conformance/upstream_polytrace.py --validate CONFIG --workload-path DIR, --replay STEP_FILE",
     write=_write,
     check=check_polytrace_v2,
     checked_against=UPSTREAM_POLYTRACE,

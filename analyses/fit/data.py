@@ -19,10 +19,10 @@ class RunFrames:
     tool_calls: pl.DataFrame | None = None
     rank_times: pl.DataFrame | None = None
     steps: pl.DataFrame | None = None
-    filter_batches: pl.DataFrame | None = None  # generation batches of a filtering (DAPO) run
     task: str | None = None
     max_response_length: float | None = None
     info: dict = field(default_factory=dict)
+    filter_batches: pl.DataFrame | None = None  # generation batches of a filtering (DAPO) run
 
     def restrict(self, steps: list[int]) -> RunFrames:
         """The same run with only the given steps."""
@@ -31,7 +31,7 @@ class RunFrames:
             return None if df is None else df.filter(pl.col("step").is_in(steps))
 
         return RunFrames(self.run_id, f(self.samples), f(self.turns), f(self.tool_calls), f(self.rank_times), f(self.steps),
-                         self.task, self.max_response_length, dict(self.info))
+                         self.task, self.max_response_length, dict(self.info), self.filter_batches)
 
 
 def _opt(df: pl.DataFrame) -> pl.DataFrame | None:

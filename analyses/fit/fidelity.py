@@ -81,8 +81,8 @@ def split_run(frames: RunFrames) -> Split:
 
     samples = s.with_columns(step=pl.col("pseudo"), group_id=pl.concat_str([pl.col("step").cast(pl.String), pl.col("group_id")],
                                                                             separator="|")).drop("pseudo", "group")
-    rf = RunFrames(frames.run_id, samples, relabel(frames.turns), relabel(frames.tool_calls), None, None, frames.task,
-                   frames.max_response_length, dict(frames.info))
+    rf = RunFrames(frames.run_id, samples, turns=relabel(frames.turns), tool_calls=relabel(frames.tool_calls),
+                   task=frames.task, max_response_length=frames.max_response_length, info=dict(frames.info))
     return Split("prompt_groups", list(range(PSEUDO_STEPS)), partial, rf)
 
 

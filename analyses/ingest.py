@@ -13,6 +13,7 @@ import shutil
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,6 +130,17 @@ def discover_files(run_path: Path, manifest: RunManifest) -> RunFiles:
     return RunFiles(sorted(files), sorted(skipped))
 
 
+HASH_IN_BACKGROUND_BYTES = 64 << 20
+_HASH_POOL: ThreadPoolExecutor | None = None
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    global _HASH_POOL
+    if _HASH_POOL is None:
+        _HASH_POOL = ThreadPoolExecutor(1, thread_name_prefix="sha256")
+    return _HASH_POOL
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -241,9 +253,13 @@ def _ingest_file(
     # one guard for everything done with this file (stat, hash, sniff, read, stage): whatever
     # goes wrong (a reader bug, RecursionError, MemoryError, a polars PanicException, which is a
     # BaseException) fails this file alone; an interrupt or exit still stops the ingest
+    hashing: Future[str] | None = None
     try:
         fr.bytes = path.stat().st_size
-        fr.sha256 = _sha256(path)
+        if fr.bytes >= HASH_IN_BACKGROUND_BYTES:  # hashed on a thread while the file is read (hashlib frees the GIL)
+            hashing = _hash_pool().submit(_sha256, path)
+        else:
+            fr.sha256 = _sha256(path)
         if fr.bytes == 0:
             fr.status, fr.error = "empty", "file is empty"
             return _done(fr, t0, emit)
@@ -252,6 +268,7 @@ def _ingest_file(
         if reader is None:
             fr.status = "unsupported"
             fr.error = "binary file that no reader recognizes" if _looks_binary(path) else "no reader recognizes this file"
+            fr.sha256 = hashing.result() if hashing is not None else fr.sha256
             return _done(fr, t0, emit)
         fr.format = reader.name
         ctx = FileContext(run_id=run_id, path=path, rel_path=rel, manifest=manifest, run_files=run_files)
@@ -273,6 +290,7 @@ def _ingest_file(
                 first_reason = first_reason or chunk.rejects["reason"][0]
             emit("file_progress", {"path": rel, "lines": fr.lines, "rows": fr.rows_out})
         staging.seal(prefix)
+        fr.sha256 = hashing.result() if hashing is not None else fr.sha256
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:
@@ -282,6 +300,11 @@ def _ingest_file(
         # `lines` keeps how far it was read
         fr.status, fr.error, fr.rows_out = "error", _describe(exc), 0
         fr.rows_ok = fr.rows_rejected = fr.rows_skipped = 0
+        if hashing is not None and not fr.sha256:
+            try:
+                fr.sha256 = hashing.result()
+            except OSError:
+                pass
         return _done(fr, t0, emit)
     fr.status = "partial" if fr.rows_rejected else "ok"
     if fr.rows_rejected:  # a partial file says why in source_files too, not only in rejects

@@ -28,7 +28,9 @@ import signal
 import socket
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -270,6 +272,9 @@ def _try_lock(path: Path) -> int | None:
 # ---------------------------------------------------------------- staging and commit
 
 
+WRITES_IN_FLIGHT = 2  # staged batches waiting for the writer thread (bounds the memory they hold)
+
+
 class CommitRefused(Exception):
     """The staged version failed a blocking check; it was kept aside and nothing was published."""
 
@@ -309,7 +314,9 @@ class RunStaging:
         self._owner_fd = os.open(owner, os.O_RDWR)
         fcntl.flock(self._owner_fd, fcntl.LOCK_EX)
         self._counters: dict[str, int] = {}
-        self._writers: dict[tuple[str, str], pq.ParquetWriter] = {}
+        self._writers: dict[tuple[str, str], pq.ParquetWriter] = {}  # touched by the writer thread only between seals
+        self._pending: dict[str, deque[Future[None]]] = {}
+        self._pool: ThreadPoolExecutor | None = None
 
     def table_dir(self, table: str) -> Path:
         return self.dir / table
@@ -326,12 +333,22 @@ class RunStaging:
     def append(self, table: str, df: pl.DataFrame, prefix: str) -> int:
         """Conform ``df`` to ``table`` and append it to the one part file of ``prefix`` (a row
         group per call), so a file read in many chunks stages one part per table and the commit
-        renames it instead of rewriting it. :meth:`seal` closes the part; returns rows written."""
+        renames it instead of rewriting it. The encoding runs on a writer thread (Parquet
+        encoding releases the GIL) while the caller reads on; at most :data:`WRITES_IN_FLIGHT`
+        batches wait. :meth:`seal` finishes the part (and raises a failed write); returns rows."""
         if df.height == 0:
             return 0
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="staging-writer")
+        q = self._pending.setdefault(prefix, deque())
+        q.append(self._pool.submit(self._write_batch, table, df, prefix))
+        while len(q) > WRITES_IN_FLIGHT:
+            q.popleft().result()
+        return df.height
+
+    def _write_batch(self, table: str, df: pl.DataFrame, prefix: str) -> None:
         t = TABLES[table]
-        out = conform(df, t).select([c for c in t.stored_columns])
-        batch = out.to_arrow(compat_level=pl.CompatLevel.oldest())
+        batch = conform(df, t).select(list(t.stored_columns)).to_arrow(compat_level=pl.CompatLevel.oldest())
         w = self._writers.get((table, prefix))
         if w is None:
             d = self.table_dir(table)
@@ -339,15 +356,30 @@ class RunStaging:
             w = pq.ParquetWriter(d / f"{prefix}-a.parquet", batch.schema, compression="zstd")
             self._writers[(table, prefix)] = w
         w.write_table(batch)
-        return out.height
+
+    def _drain(self, prefix: str, raise_errors: bool = True) -> None:
+        q = self._pending.pop(prefix, deque())
+        error: BaseException | None = None
+        while q:
+            try:
+                q.popleft().result()
+            except BaseException as exc:  # every write is waited for before the first error is raised
+                error = error or exc
+        if error is not None and raise_errors:
+            raise error
 
     def seal(self, prefix: str) -> None:
-        """Close the part files :meth:`append` opened for ``prefix`` (before anything reads them)."""
-        for key in [k for k in self._writers if k[1] == prefix]:
-            self._writers.pop(key).close()
+        """Finish the part files :meth:`append` wrote for ``prefix`` (before anything reads them);
+        a failed write raises here."""
+        try:
+            self._drain(prefix)
+        finally:
+            for key in [k for k in self._writers if k[1] == prefix]:
+                self._writers.pop(key).close()
 
     def discard(self, prefix: str) -> None:
         """Drop every part staged under ``prefix`` (a file that failed midway)."""
+        self._drain(prefix, raise_errors=False)
         self.seal(prefix)
         for p in self.dir.glob(f"*/{prefix}-*.parquet"):
             p.unlink()
@@ -454,9 +486,14 @@ class RunStaging:
         return CommitRefused(self.run_id, problems, kept)
 
     def _close(self) -> None:
+        for prefix in list(self._pending):
+            self._drain(prefix, raise_errors=False)
         for w in self._writers.values():
             w.close()
         self._writers.clear()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         if self._owner_fd is not None:
             os.close(self._owner_fd)
             self._owner_fd = None

@@ -132,9 +132,10 @@ def test_real_polytrace_tree_every_file_in_exactly_one_run(real_file, tmp_path: 
     assert sorted(sf["run_id"].unique()) == ["0617_0223", "20260609_033329", "20260610_092349", "20260614_023133",
                                              "20260616_024512", "polytrace"]
     # each run's paths are relative to its own directory; mapped back, they are the tree's files once each
+    real = d.resolve()  # plans hold resolved paths (CI reaches ../shared through a symlink)
     roots = {r.run_id: r.path for r in plan_runs(d)}
-    read = sorted((roots[rid] / path).relative_to(d).as_posix() for rid, path in sf.select("run_id", "path").rows())
-    assert read == sorted(p.relative_to(d).as_posix() for p in discover_files(d, load_manifest(d)).files)
+    read = sorted((roots[rid] / path).relative_to(real).as_posix() for rid, path in sf.select("run_id", "path").rows())
+    assert read == sorted(p.relative_to(real).as_posix() for p in discover_files(real, load_manifest(real)).files)
     # --run-id forces one run
     assert main(["ingest", str(d / "verl"), "--warehouse", str(tmp_path / "one"), "--run-id", "dapo", "-q"]) == 0
     assert scan_table(tmp_path / "one", "runs").collect()["run_id"].to_list() == ["dapo"]

@@ -118,6 +118,15 @@ class PolyTrace:
     def exists(self) -> bool:
         return self.root.exists()
 
+    @property
+    def location(self) -> str:
+        """Where the warehouse is, as workers on other processes or machines must name it."""
+        return str(self.root.resolve())
+
+    def prepare(self) -> None:
+        """Create the warehouse root (before several processes ingest into it at once)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+
     # ------------------------------------------------------------------ warehouse
 
     def connect(self) -> duckdb.DuckDBPyConnection:

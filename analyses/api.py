@@ -13,6 +13,8 @@ the warehouse's layout, so what the CLI prints and what the UI shows are the sam
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +31,13 @@ from analyses.fit.data import load_run, runs_with_samples, runs_with_steps
 from analyses.fit.fidelity import DEFAULT_SEEDS, Progress, fidelity, step_time_only
 from analyses.fit.fidelity_table import criterion
 from analyses.fit.runs import fit_runs
-from analyses.ingest import ProgressFn, RunReport, ingest_run
+from analyses.ingest import ProgressFn, RunReport, ingest_run, resolve_run_id
+from analyses.manifest import load_manifest
+from analyses.objectstore import ObjectWarehouse, is_object_url
 from analyses.report import ReportResult, Section, build_report, group_section
 from analyses.sandbox import run_queries
 from analyses.views import all_views, group, headline_frame, view_frame
-from analyses.warehouse import DEFAULT_LOCK_WAIT_S, default_root, run_ids
+from analyses.warehouse import DEFAULT_LOCK_WAIT_S, ENV_WAREHOUSE, default_root, run_ids
 
 REPORT_NAME = "polytrace_report.html"
 
@@ -109,40 +113,58 @@ class PolyTrace:
     """One warehouse (Parquet tables + DuckDB catalog + derived outputs) and its operations."""
 
     def __init__(self, warehouse: Path | str | None = None) -> None:
-        self.root = Path(warehouse) if warehouse is not None else default_root()
+        where = warehouse if warehouse is not None else os.environ.get(ENV_WAREHOUSE)
+        # an s3:// warehouse is read through its local mirror: every read path below is unchanged
+        self.store = ObjectWarehouse(str(where)) if is_object_url(where) else None
+        self.root = self.store.mirror if self.store else (Path(where) if where else default_root())
         self.layout = OutputLayout(self.root)
+        self._synced = False
 
     def __repr__(self) -> str:
-        return f"PolyTrace({str(self.root)!r})"
+        return f"PolyTrace({self.location!r})"
 
     def exists(self) -> bool:
+        if self.store is not None:
+            self.store.check()  # an unreachable store or a missing bucket says so, not "no runs"
+            return bool(self.run_ids())  # an object-store warehouse exists once a run is published
         return self.root.exists()
 
     @property
     def location(self) -> str:
         """Where the warehouse is, as workers on other processes or machines must name it."""
-        return str(self.root.resolve())
+        return self.store.url if self.store else str(self.root.resolve())
 
     def prepare(self) -> None:
-        """Create the warehouse root (before several processes ingest into it at once)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Create the warehouse root, or check that the object store answers (before several
+        processes ingest into it at once); :class:`~analyses.objectstore.StoreError` if not."""
+        if self.store is not None:
+            self.store.check()
+        else:
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    def _sync(self) -> Path:
+        """The root every reader uses: for an object store, the mirror brought up to date once."""
+        if self.store is not None and not self._synced:
+            self.store.sync()
+            self._synced = True
+        return self.root
 
     # ------------------------------------------------------------------ warehouse
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with every table and view by name."""
-        return catalog.connect(self.root, all_views())
+        return catalog.connect(self._sync(), all_views())
 
     def refresh_catalog(self) -> Path:
         """Rewrite ``polytrace.duckdb`` (views only) so any DuckDB client sees every run."""
-        return catalog.refresh_catalog(self.root, all_views())
+        return catalog.refresh_catalog(self._sync(), all_views())
 
     @property
     def catalog_path(self) -> Path:
         return catalog.catalog_path(self.root)
 
     def run_ids(self) -> list[str]:
-        return run_ids(self.root)
+        return run_ids(self._sync())
 
     def ingest(self, path: Path, run_id: str | None = None, progress: ProgressFn | None = None,
                refresh: bool = True, lock_wait_s: float = DEFAULT_LOCK_WAIT_S) -> RunReport:
@@ -151,9 +173,23 @@ class PolyTrace:
         The run's commit refreshes the catalog file's base tables; ``refresh`` also (re)creates
         every derived view there (skip it when ingesting many runs and refresh once at the end).
         """
+        if self.store is not None:
+            return self._ingest_to_store(path, run_id, progress, lock_wait_s)
         report = ingest_run(path, self.root, run_id=run_id, progress=progress, lock_wait_s=lock_wait_s)
         if refresh:
             self.refresh_catalog()
+        return report
+
+    def _ingest_to_store(self, path: Path, run_id: str | None, progress: ProgressFn | None,
+                         lock_wait_s: float) -> RunReport:
+        """Under the run's lease: build and check the run in a private local warehouse, exactly as
+        on disk, then upload it with its manifest last (:meth:`ObjectWarehouse.publish`)."""
+        assert self.store is not None
+        rid = resolve_run_id(path.resolve(), load_manifest(path.resolve()), run_id)
+        with self.store.lease(rid, lock_wait_s), tempfile.TemporaryDirectory(prefix="polytrace-stage-") as tmp:
+            report = ingest_run(path, Path(tmp), run_id=rid, progress=progress, lock_wait_s=lock_wait_s)
+            self.store.publish(Path(tmp), rid)
+        self._synced = False
         return report
 
     # ------------------------------------------------------------------ views
@@ -165,7 +201,7 @@ class PolyTrace:
     def query(self, sql: str) -> list[tuple[str, pl.DataFrame]]:
         """Run read-only SQL in DuckDB's sandbox (see :mod:`analyses.sandbox`): every statement
         with its result, or :class:`~analyses.sandbox.QueryRefused` before anything runs."""
-        con = catalog.connect(self.root, all_views(), sandbox=True)
+        con = catalog.connect(self._sync(), all_views(), sandbox=True)
         try:
             return run_queries(con, sql)
         finally:
@@ -194,23 +230,23 @@ class PolyTrace:
         con = self.connect()
         try:
             return build_report(con, out if out is not None else self.layout.reports / REPORT_NAME, runs=runs, png=png,
-                                png_dir=png_dir, all_pngs=all_pngs, source=str(self.root.resolve()))
+                                png_dir=png_dir, all_pngs=all_pngs, source=self.location)
         finally:
             con.close()
 
     # ------------------------------------------------------------------ fit
 
     def runs_with_samples(self) -> list[str]:
-        return runs_with_samples(self.root)
+        return runs_with_samples(self._sync())
 
     def runs_with_steps(self) -> list[str]:
-        return runs_with_steps(self.root)
+        return runs_with_steps(self._sync())
 
     def fit(self, runs: Sequence[str] | None = None, seed: int = 0, out: Path | None = None,
             progress: Progress | None = None) -> dict[str, Any]:
         """Fit ``runs`` (default: every run with per-sample lengths) into one spec; write it to ``out``.
         ``progress`` receives ``run_start`` / ``run_done`` events (see :mod:`analyses.cli.work_progress`)."""
-        spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress)
+        spec = fit_runs(self._sync(), list(runs) if runs else None, seed=seed, progress=progress)
         if out is not None:
             write_spec(spec, out)
         return spec
@@ -219,7 +255,7 @@ class PolyTrace:
         """Our generator and PolyTrace's histogram resampler scored by rolling origin over one
         run (:mod:`analyses.fit.fidelity`); the step-time model alone for a run with a step log but
         no per-sample lengths; None when neither applies."""
-        frames = load_run(self.root, run_id)
+        frames = load_run(self._sync(), run_id)
         if run_id in self.runs_with_samples():
             return fidelity(frames, seeds=seeds, progress=progress)
         return step_time_only(frames)
@@ -233,6 +269,7 @@ class PolyTrace:
         """Specs and fidelity for every run: ``fits/<run>.spec.json``, ``fits/all_runs.spec.json``
         and ``fits/fidelity.json``. A run too small to fit is reported, not fatal for the others."""
         out = FitSummary()
+        self._sync()
         self.layout.fits.mkdir(parents=True, exist_ok=True)
         specs: dict[str, dict[str, Any]] = {}
         for r in self.runs_with_samples():

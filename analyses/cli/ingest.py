@@ -53,6 +53,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--workers must be >= 1")
     ids = _run_ids(runs, args.run_id)  # every id checked before anything is written
     pt = warehouse(args, must_exist=False)
+    pt.prepare()  # an object store that does not answer fails here, before any run is read
     show = not args.quiet
     progress = IngestProgress(enabled=show and sys.stderr.isatty())
     t0 = time.perf_counter()
@@ -81,9 +82,10 @@ def _run(args: argparse.Namespace) -> int:
             total_rejects += rep.rows_rejected
             if show:
                 print("\n".join(rep.summary_lines()))
-    pt.refresh_catalog()
+    if pt.store is None:  # an object-store warehouse has no shared catalog file: readers build views
+        pt.refresh_catalog()
     if show:
-        print(f"warehouse: {pt.root.resolve()}  ({len(runs)} run(s), {total_rejects} rejected line(s), "
+        print(f"warehouse: {pt.location}  ({len(runs)} run(s), {total_rejects} rejected line(s), "
               f"{time.perf_counter() - t0:.1f}s)")
     return EXIT_FAIL if refused else EXIT_OK
 
@@ -94,7 +96,6 @@ def _run_fanout(args: argparse.Namespace, pt: PolyTrace, runs: list[Path], ids: 
     counts runs done, and each run's summary prints as it lands."""
     show = not args.quiet
     tasks = [RunTask(str(r.resolve()), rid, pt.location, lock_wait_s) for r, rid in zip(runs, ids, strict=True)]
-    pt.prepare()  # the root exists before the workers race to create it
     with WorkProgress(show and sys.stderr.isatty(), len(tasks), "ingest") as bar:
         def on_done(out: RunOutcome) -> None:
             bar.event("run_done", {"run_id": out.run_id})
@@ -108,7 +109,8 @@ def _run_fanout(args: argparse.Namespace, pt: PolyTrace, runs: list[Path], ids: 
                         else ingest_local(tasks, args.workers, on_done))
         except RayUnavailable as exc:
             raise UsageError(str(exc)) from exc
-    pt.refresh_catalog()
+    if pt.store is None:  # an object-store warehouse has no shared catalog file: readers build views
+        pt.refresh_catalog()
     failed = [o for o in outcomes if o.report is None]
     if show:
         rejects = sum(o.report.rows_rejected for o in outcomes if o.report is not None)

@@ -13,6 +13,8 @@ the warehouse's layout, so what the CLI prints and what the UI shows are the sam
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +32,14 @@ from analyses.fit.data import has_samples, has_step_times, load_run, runs_with_s
 from analyses.fit.fidelity import DEFAULT_SEEDS, Progress, fidelity, step_time_only
 from analyses.fit.fidelity_table import criterion
 from analyses.fit.runs import fit_runs
-from analyses.ingest import ProgressFn, RunReport, ingest_run
+from analyses.ingest import ProgressFn, RunReport, ingest_run, resolve_run_id
+from analyses.manifest import load_manifest
+from analyses.objectstore import ObjectWarehouse, is_object_url
 from analyses.report import ReportResult, Section, build_report, group_section
 from analyses.run_split import PlannedRun, plan_runs
 from analyses.sandbox import run_queries
 from analyses.views import all_views, group, headline_frame, view_frame
-from analyses.warehouse import DEFAULT_LOCK_WAIT_S, default_root, run_ids
+from analyses.warehouse import DEFAULT_LOCK_WAIT_S, ENV_WAREHOUSE, default_root, run_ids
 
 REPORT_NAME = "polytrace_report.html"
 
@@ -127,31 +131,58 @@ class PolyTrace:
     """One warehouse (Parquet tables + DuckDB catalog + derived outputs) and its operations."""
 
     def __init__(self, warehouse: Path | str | None = None) -> None:
-        self.root = Path(warehouse) if warehouse is not None else default_root()
+        where = warehouse if warehouse is not None else os.environ.get(ENV_WAREHOUSE)
+        # an s3:// warehouse is read through its local mirror: every read path below is unchanged
+        self.store = ObjectWarehouse(str(where)) if is_object_url(where) else None
+        self.root = self.store.mirror if self.store else (Path(where) if where else default_root())
         self.layout = OutputLayout(self.root)
+        self._synced = False
 
     def __repr__(self) -> str:
-        return f"PolyTrace({str(self.root)!r})"
+        return f"PolyTrace({self.location!r})"
 
     def exists(self) -> bool:
+        if self.store is not None:
+            self.store.check()  # an unreachable store or a missing bucket says so, not "no runs"
+            return bool(self.run_ids())  # an object-store warehouse exists once a run is published
         return self.root.exists()
+
+    @property
+    def location(self) -> str:
+        """Where the warehouse is, as workers on other processes or machines must name it."""
+        return self.store.url if self.store else str(self.root.resolve())
+
+    def prepare(self) -> None:
+        """Create the warehouse root, or check that the object store answers (before several
+        processes ingest into it at once); :class:`~analyses.objectstore.StoreError` if not."""
+        if self.store is not None:
+            self.store.check()
+        else:
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    def _sync(self) -> Path:
+        """The root every reader uses: for an object store, the mirror brought up to date once."""
+        if self.store is not None and not self._synced:
+            self.store.sync()
+            self._synced = True
+        return self.root
 
     # ------------------------------------------------------------------ warehouse
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with every table and view by name."""
-        return catalog.connect(self.root, all_views())
+        return catalog.connect(self._sync(), all_views())
 
     def refresh_catalog(self) -> Path:
         """Rewrite ``polytrace.duckdb`` (views only) so any DuckDB client sees every run."""
-        return catalog.refresh_catalog(self.root, all_views())
+        return catalog.refresh_catalog(self._sync(), all_views())
 
     @property
     def catalog_path(self) -> Path:
         return catalog.catalog_path(self.root)
 
     def run_ids(self) -> list[str]:
-        return run_ids(self.root)
+        return run_ids(self._sync())
 
     def ingest(self, path: Path, run_id: str | None = None, progress: ProgressFn | None = None,
                refresh: bool = True, lock_wait_s: float = DEFAULT_LOCK_WAIT_S) -> RunReport:
@@ -160,10 +191,9 @@ class PolyTrace:
         The run's commit refreshes the catalog file's base tables; ``refresh`` also (re)creates
         every derived view there (skip it when ingesting many runs and refresh once at the end).
         """
-        report = ingest_run(path, self.root, run_id=run_id, progress=progress, lock_wait_s=lock_wait_s)
-        if refresh:
-            self.refresh_catalog()
-        return report
+        where = path.resolve()
+        rid = resolve_run_id(where, load_manifest(where), run_id)
+        return self.ingest_planned(PlannedRun(rid, where), progress=progress, refresh=refresh, lock_wait_s=lock_wait_s)
 
     def plan_runs(self, path: Path, run_id: str | None = None) -> list[PlannedRun]:
         """The runs ``path`` holds: one, or one per separate log (see :mod:`analyses.run_split`)."""
@@ -172,10 +202,24 @@ class PolyTrace:
     def ingest_planned(self, plan: PlannedRun, progress: ProgressFn | None = None, refresh: bool = True,
                        lock_wait_s: float = DEFAULT_LOCK_WAIT_S) -> RunReport:
         """Ingest one run of :meth:`plan_runs` (a whole directory or file, or its files of that run)."""
+        if self.store is not None:
+            return self._ingest_to_store(plan, progress, lock_wait_s)
         report = ingest_run(plan.path, self.root, run_id=plan.run_id, progress=progress, lock_wait_s=lock_wait_s,
                             only=plan.only, report_skipped=plan.report_skipped, skip_under=plan.skip_under)
         if refresh:
             self.refresh_catalog()
+        return report
+
+    def _ingest_to_store(self, plan: PlannedRun, progress: ProgressFn | None, lock_wait_s: float) -> RunReport:
+        """Under the run's lease: build and check the run in a private local warehouse, exactly as
+        on disk, then upload it with its manifest last (:meth:`ObjectWarehouse.publish`)."""
+        assert self.store is not None
+        rid = plan.run_id
+        with self.store.lease(rid, lock_wait_s), tempfile.TemporaryDirectory(prefix="polytrace-stage-") as tmp:
+            report = ingest_run(plan.path, Path(tmp), run_id=rid, progress=progress, lock_wait_s=lock_wait_s,
+                                only=plan.only, report_skipped=plan.report_skipped, skip_under=plan.skip_under)
+            self.store.publish(Path(tmp), rid)
+        self._synced = False
         return report
 
     # ------------------------------------------------------------------ views
@@ -188,7 +232,7 @@ class PolyTrace:
     def query(self, sql: str) -> list[tuple[str, pl.DataFrame]]:
         """Run read-only SQL in DuckDB's sandbox (see :mod:`analyses.sandbox`): every statement
         with its result, or :class:`~analyses.sandbox.QueryRefused` before anything runs."""
-        con = catalog.connect(self.root, all_views(), sandbox=True)
+        con = catalog.connect(self._sync(), all_views(), sandbox=True)
         try:
             return run_queries(con, sql)
         finally:
@@ -218,24 +262,24 @@ class PolyTrace:
         con = self.connect()
         try:
             return build_report(con, out if out is not None else self.layout.reports / REPORT_NAME, runs=runs, png=png,
-                                png_dir=png_dir, all_pngs=all_pngs, source=str(self.root.resolve()), progress=progress)
+                                png_dir=png_dir, all_pngs=all_pngs, source=self.location, progress=progress)
         finally:
             con.close()
 
     # ------------------------------------------------------------------ fit
 
     def runs_with_samples(self) -> list[str]:
-        return runs_with_samples(self.root)
+        return runs_with_samples(self._sync())
 
     def runs_with_steps(self) -> list[str]:
-        return runs_with_steps(self.root)
+        return runs_with_steps(self._sync())
 
     def fit(self, runs: Sequence[str] | None = None, seed: int = 0, out: Path | None = None,
             progress: Progress | None = None, cache: bool = True) -> dict[str, Any]:
         """Fit ``runs`` (default: every run with per-sample lengths) into one spec; write it to ``out``.
         ``progress`` receives ``run_start`` / ``run_done`` events (see :mod:`analyses.cli.work_progress`).
         An unchanged run's fit comes from :mod:`analyses.fit.cache` unless ``cache`` is False."""
-        spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress, cache=cache)
+        spec = fit_runs(self._sync(), list(runs) if runs else None, seed=seed, progress=progress, cache=cache)
         if out is not None:
             write_spec(spec, out)
         return spec
@@ -246,15 +290,16 @@ class PolyTrace:
         run (:mod:`analyses.fit.fidelity`); the step-time model alone for a run with a step log but
         no per-sample lengths; None when neither applies. An unchanged run's scores come from
         :mod:`analyses.fit.cache` unless ``cache`` is False."""
-        if not has_samples(self.root, run_id):
-            return step_time_only(load_run(self.root, run_id))
+        root = self._sync()
+        if not has_samples(root, run_id):
+            return step_time_only(load_run(root, run_id))
 
         def score() -> dict[str, Any]:
-            return fidelity(load_run(self.root, run_id), seeds=seeds, progress=progress)
+            return fidelity(load_run(root, run_id), seeds=seeds, progress=progress)
 
         if not cache:
             return score()
-        res, hit = cached(self.root, run_id, "fidelity", score, seeds=list(seeds))
+        res, hit = cached(root, run_id, "fidelity", score, seeds=list(seeds))
         if hit and progress:
             progress("run_start", {"run_id": run_id, "origins": 0})
             progress("run_done", {"run_id": run_id})
@@ -271,20 +316,21 @@ class PolyTrace:
         has only a step log; from :mod:`analyses.fit.cache` when the run is unchanged since its
         last fit (unless ``cache`` is False). Too little data is said in ``skipped``, not raised."""
         out = RunFit(run_id)
-        if not has_samples(self.root, run_id):
-            if has_step_times(self.root, run_id):
-                out.step_model = step_time_only(load_run(self.root, run_id))
+        root = self._sync()
+        if not has_samples(root, run_id):
+            if has_step_times(root, run_id):
+                out.step_model = step_time_only(load_run(root, run_id))
             if out.step_model is None:
                 out.skipped = "neither per-sample lengths nor step times"
             return out
-        out.computed = not (cache and is_fresh(self.root, run_id, "workloads", seed=0)
-                            and is_fresh(self.root, run_id, "fidelity", seeds=list(seeds)))
+        out.computed = not (cache and is_fresh(root, run_id, "workloads", seed=0)
+                            and is_fresh(root, run_id, "fidelity", seeds=list(seeds)))
         try:
-            out.spec = fit_runs(self.root, [run_id], cache=cache)
+            out.spec = fit_runs(root, [run_id], cache=cache)
         except ValueError as exc:
             out.skipped = str(exc)
-            if has_step_times(self.root, run_id):  # too few samples to fit: the step log may still say something
-                out.step_model = step_time_only(load_run(self.root, run_id))
+            if has_step_times(root, run_id):  # too few samples to fit: the step log may still say something
+                out.step_model = step_time_only(load_run(root, run_id))
             return out
         self.layout.fits.mkdir(parents=True, exist_ok=True)
         out.spec_path = write_spec(out.spec, self.layout.spec_path(run_id))
@@ -301,6 +347,7 @@ class PolyTrace:
         A run unchanged since its last fit is not fitted or scored again unless ``cache`` is False,
         so this costs one run's fit per new or changed run (:meth:`fit_run` per run)."""
         out = FitSummary()
+        self._sync()
         self.layout.fits.mkdir(parents=True, exist_ok=True)
         specs: dict[str, dict[str, Any]] = {}
         for r in sorted(set(self.runs_with_samples()) | set(self.runs_with_steps())):

@@ -11,6 +11,7 @@ from importlib import metadata
 
 from analyses.cli import export, fidelity, fit, ingest, query, report, runs
 from analyses.cli.common import EXIT_OK, EXIT_USAGE, Command, UsageError
+from analyses.objectstore import StoreError
 
 COMMANDS: tuple[Command, ...] = (
     ingest.COMMAND,
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return args.handler(args)
-    except UsageError as exc:
+    except (UsageError, StoreError) as exc:  # an object store that cannot be used is bad usage too
         print(f"polytrace {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from analyses.api import PolyTrace
 from analyses.warehouse import ENV_WAREHOUSE
@@ -33,9 +32,9 @@ class Command:
 def add_warehouse(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--warehouse",
-        type=Path,
         default=None,
-        help=f"warehouse directory (default: ${ENV_WAREHOUSE} or ./warehouse)",
+        metavar="DIR|s3://BUCKET/PREFIX",
+        help=f"warehouse directory or object-store URL (default: ${ENV_WAREHOUSE} or ./warehouse)",
     )
 
 
@@ -43,5 +42,5 @@ def warehouse(args: argparse.Namespace, must_exist: bool = True) -> PolyTrace:
     """The warehouse the command works on; a missing one is a usage error when it must exist."""
     pt = PolyTrace(args.warehouse)
     if must_exist and not pt.exists():
-        raise UsageError(f"warehouse {pt.root} does not exist (run `polytrace ingest` first)")
+        raise UsageError(f"warehouse {pt.location} does not exist (run `polytrace ingest` first)")
     return pt

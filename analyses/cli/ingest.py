@@ -7,7 +7,10 @@ import sys
 import time
 from pathlib import Path
 
+from analyses.api import PolyTrace
 from analyses.cli.common import EXIT_FAIL, EXIT_OK, Command, UsageError, add_warehouse, warehouse
+from analyses.cli.work_progress import WorkProgress
+from analyses.fanout import RayUnavailable, RunOutcome, RunTask, ingest_local, ingest_ray
 from analyses.ingest import iter_run_dirs
 from analyses.manifest import ManifestError, RunIdError
 from analyses.progress import IngestProgress
@@ -23,6 +26,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
                    help=f"how long to wait for another ingest of the same run id (default {DEFAULT_LOCK_WAIT_S:.0f}; "
                    "0: refuse at once)")
+    fan = p.add_mutually_exclusive_group()
+    fan.add_argument("--workers", type=int, default=1, metavar="N",
+                     help="ingest N runs at once in local processes (default 1: one after another)")
+    fan.add_argument("--ray", metavar="ADDRESS",
+                     help="ingest one Ray task per run on the cluster at ADDRESS ('auto': the one running here; "
+                     "needs polytrace[ray])")
     add_warehouse(p)
 
 
@@ -41,9 +50,12 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--run-id needs exactly one PATH")
     if args.wait is not None and args.wait < 0:
         raise UsageError("--wait must be >= 0 seconds")
+    if args.workers < 1:
+        raise UsageError("--workers must be >= 1")
     show = not args.quiet
     plans = _plan(runs, args.run_id, show)  # every id checked before anything is written
     pt = warehouse(args, must_exist=False)
+    pt.prepare()  # an object store that does not answer fails here, before any run is read
     progress = IngestProgress(enabled=show and sys.stderr.isatty())
     t0 = time.perf_counter()
     total_rejects = 0
@@ -54,11 +66,13 @@ def _run(args: argparse.Namespace) -> int:
             print(f"polytrace ingest: {data['message']}", file=sys.stderr)
         progress.event(kind, data)
 
+    lock_wait_s = DEFAULT_LOCK_WAIT_S if args.wait is None else args.wait
+    if args.workers > 1 or args.ray:
+        return _run_fanout(args, pt, plans, lock_wait_s, t0)
     with progress:
         for plan in plans:
             try:
-                rep = pt.ingest_planned(plan, progress=on_event, refresh=False,
-                                        lock_wait_s=DEFAULT_LOCK_WAIT_S if args.wait is None else args.wait)
+                rep = pt.ingest_planned(plan, progress=on_event, refresh=False, lock_wait_s=lock_wait_s)
             except RunLocked as exc:
                 raise UsageError(str(exc)) from exc
             except CommitRefused as exc:
@@ -68,11 +82,45 @@ def _run(args: argparse.Namespace) -> int:
             total_rejects += rep.rows_rejected
             if show:
                 print("\n".join(rep.summary_lines()))
-    pt.refresh_catalog()
+    if pt.store is None:  # an object-store warehouse has no shared catalog file: readers build views
+        pt.refresh_catalog()
     if show:
-        print(f"warehouse: {pt.root.resolve()}  ({len(plans)} run(s), {total_rejects} rejected line(s), "
+        print(f"warehouse: {pt.location}  ({len(plans)} run(s), {total_rejects} rejected line(s), "
               f"{time.perf_counter() - t0:.1f}s)")
     return EXIT_FAIL if refused else EXIT_OK
+
+
+def _run_fanout(args: argparse.Namespace, pt: PolyTrace, plans: list[PlannedRun], lock_wait_s: float,
+                t0: float) -> int:
+    """One task per run on local processes (``--workers``) or Ray (``--ray``); the progress bar
+    counts runs done, and each run's summary prints as it lands."""
+    show = not args.quiet
+    tasks = [RunTask.of(p, pt.location, lock_wait_s) for p in plans]
+    with WorkProgress(show and sys.stderr.isatty(), len(tasks), "ingest") as bar:
+        def on_done(out: RunOutcome) -> None:
+            bar.event("run_done", {"run_id": out.run_id})
+            if out.report is not None and show:
+                print("\n".join(out.report.summary_lines()))
+            elif out.report is None:
+                print(f"polytrace ingest: run {out.run_id}: {out.message}", file=sys.stderr)
+
+        try:
+            outcomes = (ingest_ray(tasks, args.ray, on_done) if args.ray
+                        else ingest_local(tasks, args.workers, on_done))
+        except RayUnavailable as exc:
+            raise UsageError(str(exc)) from exc
+    if pt.store is None:  # an object-store warehouse has no shared catalog file: readers build views
+        pt.refresh_catalog()
+    failed = [o for o in outcomes if o.report is None]
+    if show:
+        rejects = sum(o.report.rows_rejected for o in outcomes if o.report is not None)
+        engine = f"ray {args.ray}" if args.ray else f"{args.workers} workers"
+        print(f"warehouse: {pt.location}  ({len(outcomes) - len(failed)} of {len(plans)} run(s) on {engine}, "
+              f"{rejects} rejected line(s), {time.perf_counter() - t0:.1f}s)")
+    locked = [o for o in failed if o.kind == "locked"]
+    if locked:  # as in the serial ingest: another writer holding a run is a usage error
+        raise UsageError(locked[0].message)
+    return EXIT_FAIL if failed else EXIT_OK
 
 
 def _plan(paths: list[Path], forced: str | None, show: bool) -> list[PlannedRun]:
@@ -105,7 +153,8 @@ COMMAND = Command(
     "directories) is one run per log, and says so (run.toml split = \"none\" | \"each\" | \"auto\" forces it). "
     "Formats are detected by content. Prints, per file, the format and lines parsed/rejected/skipped.",
     epilog="examples:\n  polytrace ingest logs/run-a logs/run-b\n  polytrace ingest --root sample_logs --warehouse /tmp/wh\n"
-    "  polytrace ingest train.log --run-id qwen-0.5b",
+    "  polytrace ingest train.log --run-id qwen-0.5b\n"
+    "  polytrace ingest --root logs --workers 4\n  polytrace ingest --root logs --ray auto",
     add_arguments=_arguments,
     run=_run,
 )

@@ -1,0 +1,152 @@
+"""A warehouse on a real S3-compatible server (moto's standalone server, a separate process on
+127.0.0.1): ingest → query → runs → report → fit give what the same steps give on local disk;
+an unusable store is a one-line usage error; a publish killed before its manifest shows nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from analyses.api import PolyTrace
+from analyses.cli import main
+from analyses.warehouse import ENV_KILL_AT
+from tests.test_fanout import assert_same_tables, free_port
+
+REPO = Path(__file__).resolve().parents[1]
+LOGS = REPO / "sample_logs"
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    """moto's S3 server on a free port, stopped (its process group) when the module is done."""
+    pytest.importorskip("moto")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("moto server did not start")
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def s3_env(s3_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The standard AWS variables pointing at the server, a fresh bucket, a private mirror cache."""
+    for k, v in {"AWS_ENDPOINT_URL": s3_server, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "testing",
+                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+                 "POLYTRACE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(k, v)
+    bucket = f"wh-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    pafs.S3FileSystem(endpoint_override=s3_server, scheme="http", access_key="testing", secret_key="testing",
+                      region="us-east-1", allow_bucket_creation=True).create_dir(bucket)
+    return bucket
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_s3_round_trip_matches_local_disk(s3_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url, local = f"s3://{s3_env}/team/wh", str(tmp_path / "local")
+    for wh in (url, local):
+        assert _cli(["ingest", "--root", str(LOGS), "--warehouse", wh, "-q"], capsys)[0] == 0
+    # the tables, read back through a fresh reader's mirror
+    assert_same_tables(PolyTrace(url)._sync(), Path(local))
+    sql = "SELECT run_id, count(*) AS n, sum(response_tokens) AS r FROM samples GROUP BY 1 ORDER BY 1; " \
+          "SELECT run_id, count(*) FROM steps GROUP BY 1 ORDER BY 1"
+    q = {wh: _cli(["query", sql, "--format", "json", "--warehouse", wh], capsys) for wh in (url, local)}
+    assert q[url][0] == 0 and q[url][1] == q[local][1] and "polytrace-math-dapo" in q[url][1]
+    runs = {wh: _cli(["runs", "--warehouse", wh], capsys)[1] for wh in (url, local)}
+    assert runs[url] == runs[local] and runs[url].count("\n") == 5
+    for i, wh in enumerate((url, local)):
+        rc, out, _ = _cli(["report", "--warehouse", wh, "--no-png", "--out", str(tmp_path / f"r{i}.html")], capsys)
+        assert rc == 0 and (tmp_path / f"r{i}.html").stat().st_size > 10_000
+    specs = []
+    for i, wh in enumerate((url, local)):
+        assert _cli(["fit", "--warehouse", wh, "-q", "--out", str(tmp_path / f"s{i}.json")], capsys)[0] == 0
+        specs.append(json.loads((tmp_path / f"s{i}.json").read_text())["workloads"])
+    assert specs[0] == specs[1] and specs[0]
+
+
+def test_s3_parallel_ingest_matches_serial(s3_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"s3://{s3_env}/par"
+    assert _cli(["ingest", "--root", str(LOGS), "--warehouse", url, "-q", "--workers", "2"], capsys)[0] == 0
+    assert _cli(["ingest", "--root", str(LOGS), "--warehouse", str(tmp_path / "local"), "-q"], capsys)[0] == 0
+    assert_same_tables(PolyTrace(url)._sync(), tmp_path / "local")
+
+
+def test_reingest_on_s3_replaces_the_version_and_removes_the_old_files(s3_env: str,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"s3://{s3_env}/re"
+    run = LOGS / "verl-gsm8k-ppo-v0.1"
+    for _ in range(2):
+        assert _cli(["ingest", str(run), "--warehouse", url, "-q"], capsys)[0] == 0
+    fs = PolyTrace(url).store.fs
+    files = [i for i in fs.get_file_info(pafs.FileSelector(f"{s3_env}/re/parquet", recursive=True))
+             if i.type == pafs.FileType.File]
+    versions = {Path(i.path).stem for i in files}
+    assert len(versions) == 1 and len(files) == 12  # one version of 12 tables, the first one's removed
+    assert not [i for i in fs.get_file_info(pafs.FileSelector(f"{s3_env}/re/.locks", allow_not_found=True))]
+
+
+def test_publish_killed_after_the_upload_shows_nothing(s3_env: str, tmp_path: Path) -> None:
+    url = f"s3://{s3_env}/killed"
+    env = {**os.environ, ENV_KILL_AT: "uploaded", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "analyses.cli", "ingest", str(LOGS / "verl-gsm8k-ppo-v0.1"),
+                           "--warehouse", url, "-q"], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    pt = PolyTrace(url)
+    assert pt.run_ids() == []  # the files are up, but no manifest names them
+    fs = pt.store.fs
+    assert [i for i in fs.get_file_info(pafs.FileSelector(f"{s3_env}/killed/parquet", recursive=True))
+            if i.type == pafs.FileType.File]
+    # the lease of the dead writer is still there; with a short TTL gone, the next ingest publishes whole
+    fs.delete_file(f"{s3_env}/killed/.locks/verl-gsm8k-ppo-v0.1.lease")
+    assert main(["ingest", str(LOGS / "verl-gsm8k-ppo-v0.1"), "--warehouse", url, "-q"]) == 0
+    assert PolyTrace(url).run_ids() == ["verl-gsm8k-ppo-v0.1"]
+    left = [i for i in fs.get_file_info(pafs.FileSelector(f"{s3_env}/killed/parquet", recursive=True))
+            if i.type == pafs.FileType.File]
+    assert len(left) == 12  # the killed upload's files are gone
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing bucket", "the bucket does not exist"),
+    ("bad endpoint", "cannot reach the endpoint"),
+    ("plain http not allowed", "set AWS_ALLOW_HTTP=true"),
+])
+def test_unusable_store_exits_2_with_one_line_and_publishes_nothing(
+        s3_env: str, case: str, message: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"s3://{s3_env}/x"
+    if case == "missing bucket":
+        url = "s3://no-such-bucket-here/x"
+    elif case == "bad endpoint":
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    else:
+        monkeypatch.delenv("AWS_ALLOW_HTTP")
+    for argv in (["ingest", str(LOGS / "verl-gsm8k-ppo-v0.1")], ["runs"], ["query", "SELECT 1"]):
+        rc, _, err = _cli([*argv, "--warehouse", url], capsys)
+        assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, (argv, err)
+    monkeypatch.undo()

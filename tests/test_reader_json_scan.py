@@ -75,3 +75,13 @@ def test_document_shape_counts_depth_and_values_outside_strings() -> None:
     assert document_shape(b'{"a": [1, 2, {"b": "x,y"}], "c": 3}') == (3, 4)
     assert document_shape(b"7") == (0, 1)
     assert document_shape(b'"[[[,,,"') == (0, 1)  # brackets and commas inside a string do not count
+
+
+def test_a_record_too_wide_to_flatten_is_refused_before_a_parser_sees_it(monkeypatch) -> None:
+    import analyses.readers.json_scan as js
+
+    # budget 100 bytes: a 4-value record of 29 bytes (116 > 100) is too wide, a 2-value one (2 x 15) is not
+    monkeypatch.setattr(js, "FLATTEN_BUDGET_BYTES", 100)
+    lines = pl.DataFrame({"line": ['{"a": 1, "b": 2, "c": [3, 4]}', '{"a": 1, "b": 2}']})
+    assert js.too_complex(lines, 127, 1000).to_list() == [
+        "json_too_large: 4 values in a record of 29 bytes (over 0 MiB flattened)", None]

@@ -21,6 +21,10 @@ _Q, _BS, _LB, _RB = 34, 92, 123, 125
 
 REASON_TOO_DEEP = "json_too_deep: nested deeper than {} levels"
 REASON_TOO_MANY = "json_too_large: more than {} values in one record"
+REASON_TOO_WIDE = "json_too_large: {} values in a record of {} bytes (over {} MiB flattened)"
+# DuckDB's json_each carries the whole record along with each of its values: a 238 KB trainer-state
+# entry of 8,208 keys took 1.9 GB. values x bytes bounds what flattening a record may hold.
+FLATTEN_BUDGET_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -114,16 +118,20 @@ def too_complex(lines: pl.DataFrame, depth_limit: int, values_limit: int, col: s
     text = lines.get_column(col)
     opens = text.str.count_matches(r"[\[{]").fill_null(0).to_numpy()
     commas = text.str.count_matches(",", literal=True).fill_null(0).to_numpy()
+    size = text.str.len_bytes().fill_null(0).to_numpy().astype(np.int64)
     out: list[str | None] = [None] * lines.height
-    suspects = np.flatnonzero((opens > depth_limit) | (commas >= values_limit))
+    suspects = np.flatnonzero((opens > depth_limit) | (commas >= values_limit) | ((commas + 1) * size > FLATTEN_BUDGET_BYTES))
     if suspects.size:
         for i, t in zip(suspects, text.gather(suspects).to_list(), strict=True):
             buf = np.frombuffer(t.encode("utf-8"), dtype=np.uint8)
             st = structure(buf)
+            values = int(np.count_nonzero((buf == 44) & st.outside)) + 1
             if st.depth.size and int(st.depth.max()) > depth_limit:
                 out[i] = REASON_TOO_DEEP.format(depth_limit)
-            elif int(np.count_nonzero((buf == 44) & st.outside)) >= values_limit:
+            elif values > values_limit:
                 out[i] = REASON_TOO_MANY.format(values_limit)
+            elif values * buf.size > FLATTEN_BUDGET_BYTES:
+                out[i] = REASON_TOO_WIDE.format(values, buf.size, FLATTEN_BUDGET_BYTES >> 20)
     return pl.Series("reason", out, dtype=pl.String)
 
 

@@ -51,7 +51,7 @@ from analyses.readers.flat_metrics import (
     leaf_value,
     log_dropped,
 )
-from analyses.readers.json_scan import document_shape
+from analyses.readers.json_scan import document_shape, split_too_deep
 from analyses.readers.trl_console import BOOKKEEPING_KEYS, SUMMARY_KEYS
 from analyses.steps import canonical_metric, is_validation_metric, resolve_alias_collisions
 
@@ -140,10 +140,13 @@ def _chunk(
     con: duckdb.DuckDBPyConnection, entries: pl.DataFrame, doc: dict[str, float | None], order_base: int
 ) -> tuple[Chunk, dict[str, int], int]:
     """One chunk of ``log_history`` entries (``line_no`` = 1-based index, ``line`` = JSON text)."""
-    objects = entries.filter(pl.col("type") == "OBJECT").select("line_no", "line")
-    not_object = entries.filter(pl.col("type") != "OBJECT").select(
-        "line_no", reason=pl.format("log_history entry is not an object but {}", pl.col("type")), raw="line"
-    )
+    objects, too_big = split_too_deep(entries.filter(pl.col("type") == "OBJECT").select("line_no", "line"),
+                                      limits.current().max_json_depth)
+    not_object = pl.concat([
+        entries.filter(pl.col("type") != "OBJECT").select(
+            "line_no", reason=pl.format("log_history entry is not an object but {}", pl.col("type")), raw="line"),
+        too_big.select("line_no", "reason", raw="line"),
+    ])
     leaves = json_leaves(con, objects) if objects.height else pl.DataFrame(
         schema={"line_no": pl.Int64, "name": pl.String, "kind": pl.String, "text": pl.String}
     )

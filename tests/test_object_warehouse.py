@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
+from _warehouse_util import assert_same_tables, free_port
 
 from analyses.api import PolyTrace
 from analyses.cli import main
 from analyses.warehouse import ENV_KILL_AT
-from tests.test_fanout import assert_same_tables, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 LOGS = REPO / "sample_logs"

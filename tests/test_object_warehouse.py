@@ -150,3 +150,26 @@ def test_unusable_store_exits_2_with_one_line_and_publishes_nothing(
         rc, _, err = _cli([*argv, "--warehouse", url], capsys)
         assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, (argv, err)
     monkeypatch.undo()
+
+
+def test_dagster_ingest_partitions_land_on_s3_as_on_disk(s3_env: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from dagster import DagsterInstance
+
+    from pipelines.definitions import build_defs
+    from pipelines.partitions import RUNS_PARTITIONS_NAME
+    from pipelines.resources import WarehouseResource
+    from pipelines.sensors import INGEST_JOB_NAME
+
+    url = f"s3://{s3_env}/dagster"
+    runs = ["verl-gsm8k-ppo-v0.1", "polytrace-search-multiturn"]
+    defs = build_defs(WarehouseResource(root=url, logs_root=str(LOGS)))
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(RUNS_PARTITIONS_NAME, runs)
+        for r in runs:
+            res = defs.resolve_job_def(INGEST_JOB_NAME).execute_in_process(partition_key=r, instance=instance)
+            assert res.success
+    for r in runs:
+        assert main(["ingest", str(LOGS / r), "--warehouse", str(tmp_path / "local"), "-q"]) == 0
+    assert sorted(PolyTrace(url).run_ids()) == sorted(runs)
+    assert_same_tables(PolyTrace(url).read_root(), tmp_path / "local")

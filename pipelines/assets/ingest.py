@@ -70,8 +70,7 @@ TABLE_KEYS: list[AssetKey] = [s.key for s in TABLE_SPECS]
 def ingest_run_tables(context: AssetExecutionContext, warehouse: WarehouseResource) -> Iterator[MaterializeResult]:
     run_id = context.partition_key
     run_dir = warehouse.run_dir(run_id)
-    root = warehouse.root_path
-    context.log.info(f"ingesting {run_dir} as run {run_id} into {root}")
+    context.log.info(f"ingesting {run_dir} as run {run_id} into {warehouse.root}")
 
     def progress(kind: str, data: dict) -> None:
         if kind == "file_done":
@@ -80,6 +79,7 @@ def ingest_run_tables(context: AssetExecutionContext, warehouse: WarehouseResour
     # the catalog refresh is the warehouse_catalog asset's job, once per run of the job
     fingerprint = dir_fingerprint(run_dir).key  # before reading: a change during the ingest re-triggers
     report = warehouse.polytrace.ingest(run_dir, run_id=run_id, progress=progress, refresh=False)
+    root = warehouse.root_path  # after the ingest: for an s3:// warehouse, the mirror now holds the run
     for name in TABLES:
         meta = _table_metadata(root, name, run_id, report)
         if name == "runs":  # the sensor compares this with the directory to skip unchanged runs

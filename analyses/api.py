@@ -160,6 +160,11 @@ class PolyTrace:
         else:
             self.root.mkdir(parents=True, exist_ok=True)
 
+    def read_root(self) -> Path:
+        """The local directory every reader uses: the warehouse itself, or an object store's
+        mirror brought up to date with what is published."""
+        return self._sync()
+
     def _sync(self) -> Path:
         """The root every reader uses: for an object store, the mirror brought up to date once."""
         if self.store is not None and not self._synced:

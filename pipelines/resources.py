@@ -17,8 +17,9 @@ import polars as pl
 from dagster import ConfigurableResource
 
 from analyses.api import PolyTrace
+from analyses.objectstore import is_object_url
 from analyses.run_split import PlannedRun
-from analyses.warehouse import default_root, scan_table
+from analyses.warehouse import ENV_WAREHOUSE, default_root, scan_table
 from pipelines.partitions import find_run
 
 ENV_LOGS_ROOT = "POLYTRACE_LOGS_ROOT"
@@ -37,11 +38,15 @@ class WarehouseResource(ConfigurableResource):
         (default ``sample_logs/``), made absolute here so that run workers started from another
         directory write to the same place."""
         logs = Path(os.environ.get(ENV_LOGS_ROOT) or DEFAULT_LOGS_ROOT)
-        return cls(root=str(default_root().resolve()), logs_root=str(logs.resolve()))
+        where = os.environ.get(ENV_WAREHOUSE) or ""
+        root = where if is_object_url(where) else str(default_root().resolve())
+        return cls(root=root, logs_root=str(logs.resolve()))
 
     @property
     def root_path(self) -> Path:
-        return Path(self.root)
+        """The local directory readers use: the warehouse, or an ``s3://`` warehouse's mirror
+        brought up to date (read it after a write, not before)."""
+        return self.polytrace.read_root()
 
     @property
     def logs_path(self) -> Path:
@@ -61,7 +66,7 @@ class WarehouseResource(ConfigurableResource):
     @property
     def polytrace(self) -> PolyTrace:
         """The facade over this warehouse: what every asset calls."""
-        return PolyTrace(self.root_path)
+        return PolyTrace(self.root)
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with every table and view by name."""

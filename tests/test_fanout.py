@@ -14,24 +14,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import polars as pl
 import pytest
+from _warehouse_util import assert_same_tables, free_port
 
 from analyses.cli import main
-from analyses.schema import TABLES
-from analyses.warehouse import STAGING, published_runs, scan_table
+from analyses.warehouse import STAGING, published_runs
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def tables(root: Path) -> dict[str, pl.DataFrame]:
-    return {t: scan_table(root, t).collect() for t in TABLES}
-
-
-def assert_same_tables(a: Path, b: Path) -> None:
-    ta, tb = tables(a), tables(b)
-    for t in TABLES:
-        assert ta[t].equals(tb[t]), f"table {t} differs between {a} and {b}"
 
 
 def _runs(tmp: Path, n: int) -> Path:
@@ -44,12 +33,6 @@ def _runs(tmp: Path, n: int) -> Path:
             f"step:{s} - timing_s/gen:{i + s / 10} - timing_s/step:{2 * i + s} - response_length/mean:{100 + i * s}\n"
             for s in range(1, 6)))
     return root
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_workers_publish_the_same_tables_as_serial(tmp_path: Path) -> None:

@@ -12,27 +12,29 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
+from _warehouse_util import assert_same_tables, free_port
 
 from analyses.api import PolyTrace
 from analyses.cli import main
 from analyses.warehouse import ENV_KILL_AT
-from tests.test_fanout import assert_same_tables, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 LOGS = REPO / "sample_logs"
 
 
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[str]:
-    """moto's S3 server on a free port, stopped (its process group) when the module is done."""
+@contextmanager
+def moto_server(**env: str) -> Iterator[str]:
+    """moto's S3 server on a free port, stopped (its process group) on exit."""
     pytest.importorskip("moto")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -47,6 +49,12 @@ def s3_server() -> Iterator[str]:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture
@@ -150,3 +158,39 @@ def test_unusable_store_exits_2_with_one_line_and_publishes_nothing(
         rc, _, err = _cli([*argv, "--warehouse", url], capsys)
         assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, (argv, err)
     monkeypatch.undo()
+
+
+def test_dagster_ingest_partitions_land_on_s3_as_on_disk(s3_env: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from dagster import DagsterInstance
+
+    from pipelines.definitions import build_defs
+    from pipelines.partitions import RUNS_PARTITIONS_NAME
+    from pipelines.resources import WarehouseResource
+    from pipelines.sensors import INGEST_JOB_NAME
+
+    url = f"s3://{s3_env}/dagster"
+    runs = ["verl-gsm8k-ppo-v0.1", "polytrace-search-multiturn"]
+    defs = build_defs(WarehouseResource(root=url, logs_root=str(LOGS)))
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(RUNS_PARTITIONS_NAME, runs)
+        for r in runs:
+            res = defs.resolve_job_def(INGEST_JOB_NAME).execute_in_process(partition_key=r, instance=instance)
+            assert res.success
+    for r in runs:
+        assert main(["ingest", str(LOGS / r), "--warehouse", str(tmp_path / "local"), "-q"]) == 0
+    assert sorted(PolyTrace(url).run_ids()) == sorted(runs)
+    assert_same_tables(PolyTrace(url).read_root(), tmp_path / "local")
+
+
+def test_refused_credentials_exit_2_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # this server checks signatures against its (empty) IAM: every key is unknown
+    with moto_server(INITIAL_NO_AUTH_ACTION_COUNT="0") as endpoint:
+        for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "wrong",
+                     "AWS_SECRET_ACCESS_KEY": "wrong", "AWS_REGION": "us-east-1",
+                     "POLYTRACE_CACHE": str(tmp_path / "cache")}.items():
+            monkeypatch.setenv(k, v)
+        for argv in (["ingest", str(LOGS / "verl-gsm8k-ppo-v0.1")], ["runs"]):
+            rc, _, err = _cli([*argv, "--warehouse", "s3://bucket/x"], capsys)
+            assert rc == 2 and "credentials were refused" in err and len(err.strip().splitlines()) == 1, err

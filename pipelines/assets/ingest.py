@@ -70,9 +70,8 @@ TABLE_KEYS: list[AssetKey] = [s.key for s in TABLE_SPECS]
 def ingest_run_tables(context: AssetExecutionContext, warehouse: WarehouseResource) -> Iterator[MaterializeResult]:
     run_id = context.partition_key
     plan = warehouse.run_plan(run_id)
-    root = warehouse.root_path
     part = f" ({len(plan.only)} of its files: {plan.reason})" if plan.only is not None else ""
-    context.log.info(f"ingesting {plan.path}{part} as run {run_id} into {root}")
+    context.log.info(f"ingesting {plan.path}{part} as run {run_id} into {warehouse.root}")
 
     def progress(kind: str, data: dict) -> None:
         if kind == "file_done":
@@ -81,6 +80,7 @@ def ingest_run_tables(context: AssetExecutionContext, warehouse: WarehouseResour
     # the catalog refresh is the warehouse_catalog asset's job, once per run of the job
     fingerprint = run_fingerprint(plan).key  # before reading: a change during the ingest re-triggers
     report = warehouse.polytrace.ingest_planned(plan, progress=progress, refresh=False)
+    root = warehouse.root_path  # after the ingest: for an s3:// warehouse, the mirror now holds the run
     for name in TABLES:
         meta = _table_metadata(root, name, run_id, report)
         if name == "runs":  # the sensor compares this with the directory to skip unchanged runs

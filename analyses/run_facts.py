@@ -23,6 +23,9 @@ The GPU count (``runs.n_gpus`` / ``runs.n_gpus_source``): ``run.toml``; ``config
 (``trainer.nnodes x trainer.n_gpus_per_node`` of a verl config dump); ``telemetry`` (the GPUs
 whose utilization is not idle for the whole run, :func:`is_idle_whole_run`).
 
+A value the logs imply is taken only when plausible (at least 1, at most :data:`MAX_PLAUSIBLE_CAP`
+tokens or :data:`MAX_PLAUSIBLE_GPUS` GPUs); otherwise the next source is asked.
+
 The fits read the cap from ``runs`` too (:func:`analyses.fit.continuous.infer_cap` applies the
 same :func:`point_mass_cap` rule), so the views, the report and the fits agree on it.
 """
@@ -51,6 +54,11 @@ UTIL_METRIC = "gpu_util_pct"
 # stopped mid-rollout: Search-R1's last step has 47 trajectories after 2048); views flag it and
 # leave it out of slopes and means, the fits never fit it
 PARTIAL_STEP_SHARE = 0.5
+
+# an inferred fact beyond these is a corrupt log line, not a run (the longest contexts served today are
+# ~10 M tokens; the largest training jobs ~100 k GPUs): such a source is passed over as silent
+MAX_PLAUSIBLE_CAP = 10_000_000
+MAX_PLAUSIBLE_GPUS = 1_000_000
 
 CAP_SOURCES = ("run.toml", "config_dump", "clip_ratio", "sample_flags", "point_mass")
 N_GPUS_SOURCES = ("run.toml", "config_dump", "telemetry")
@@ -171,10 +179,12 @@ def telemetry_gpus_used(gpu_samples: pl.LazyFrame) -> int | None:
     return used or None
 
 
-def first_fact(*candidates: tuple[float | int | None, str]) -> tuple[float | int | None, str | None]:
-    """The first (value, source) whose value is known, else (None, None)."""
+def first_fact(*candidates: tuple[float | int | None, str],
+               upper: float = float("inf")) -> tuple[float | int | None, str | None]:
+    """The first (value, source) whose value is known and plausible (finite, in ``[1, upper]``),
+    else (None, None)."""
     for value, source in candidates:
-        if value is not None:
+        if value is not None and 1 <= value <= upper:
             return value, source
     return None, None
 
@@ -199,16 +209,16 @@ def infer_run_facts(
 ) -> RunFacts:
     """The cap and GPU count from the first source that gives each (lazy: a later source is
     read only when the earlier ones are silent)."""
-    cap, cap_src = first_fact((declared_cap, "run.toml"), (config.max_response_length, "config_dump"))
-    if cap is None:
-        cap, cap_src = first_fact((clip_ratio_cap(step_metrics), "clip_ratio"))
-    if cap is None:
-        cap, cap_src = first_fact((flagged_cap(samples), "sample_flags"))
-    if cap is None:
-        cap, cap_src = first_fact((sample_point_mass_cap(samples), "point_mass"))
-    gpus, gpus_src = first_fact((declared_gpus, "run.toml"), (config.n_gpus, "config_dump"))
-    if gpus is None:
-        gpus, gpus_src = first_fact((telemetry_gpus_used(gpu_samples), "telemetry"))
+    # run.toml is the user's word (validated when it is read); what logs imply must be plausible
+    cap, cap_src = first_fact((declared_cap, "run.toml"))
+    for source, fact in (("config_dump", lambda: config.max_response_length), ("clip_ratio", lambda: clip_ratio_cap(step_metrics)),
+                         ("sample_flags", lambda: flagged_cap(samples)), ("point_mass", lambda: sample_point_mass_cap(samples))):
+        if cap is None:
+            cap, cap_src = first_fact((fact(), source), upper=MAX_PLAUSIBLE_CAP)
+    gpus, gpus_src = first_fact((declared_gpus, "run.toml"))
+    for source, fact in (("config_dump", lambda: config.n_gpus), ("telemetry", lambda: telemetry_gpus_used(gpu_samples))):
+        if gpus is None:
+            gpus, gpus_src = first_fact((fact(), source), upper=MAX_PLAUSIBLE_GPUS)
     return RunFacts(int(cap) if cap is not None else None, cap_src, int(gpus) if gpus is not None else None, gpus_src)
 
 

@@ -40,6 +40,8 @@ FOUND = [(11, 28), (276, 44), (300, 4), (344, 3), (396, 28), (417, 40), (556, 23
 FOUND_SEED_1 = [(180, 47), (1040, 11)]  # and a cut gzip counted its discarded rejects
 # seed 2: a trainer_state entry of 8,208 keys in 238 KB flattened to 1.9 GB (json_each copies the record per key)
 FOUND_SEED_2 = [(417, 18)]
+# seed 3: a TRL step dict with completions/max_length 1e23 at a clipped step became the run's cap (int64 overflow)
+FOUND_SEED_3 = [(1760, 46)]
 
 
 def test_fuzz_findings_stay_fixed(tmp_path) -> None:
@@ -57,6 +59,7 @@ def test_fuzz_findings_stay_fixed(tmp_path) -> None:
         skip_or_fail(f"real logs not found at {REAL_LOGS}: the findings' inputs derive from them")
     run = Path(tmp_path) / "run"
     found = [(0, b, i) for b, i in FOUND] + [(1, b, i) for b, i in FOUND_SEED_1] + [(2, b, i) for b, i in FOUND_SEED_2]
+    found += [(3, b, i) for b, i in FOUND_SEED_3]
     for m, b, i in found:
         inp = make_input(m, b, i, FUZZ_LIMITS["max_line_bytes"])
         (run / f"{m}-{b}-{i}").mkdir(parents=True)

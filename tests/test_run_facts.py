@@ -75,6 +75,16 @@ def test_sources_in_priority_order_and_truncation_filled() -> None:
     assert trunc.sum() == 3 and trunc.null_count() == 0
 
 
+def test_implausible_inferred_cap_passes_to_the_next_source() -> None:
+    # a corrupt TRL line claimed completions/max_length 1e23 at a clipped step: int64 cannot hold it
+    s = conform(pl.DataFrame({"step": [1] * 60, "response_tokens": [*range(1, 58), 100, 100, 100]}), SAMPLES).lazy()
+    sm = _metrics([(1, "response_length/max", 1e23), (1, "response_length/clip_ratio", 0.9)])
+    f = infer_run_facts(None, None, ConfigFacts(n_gpus=0), s, sm, GPU_SAMPLES.empty().lazy())
+    assert (f.max_response_length, f.max_response_length_source) == (100, "point_mass")
+    assert (f.n_gpus, f.n_gpus_source) == (None, None)  # a dump's 0 GPUs is not a count either
+    assert infer_run_facts(20_000_000, None, ConfigFacts(), s, sm, GPU_SAMPLES.empty().lazy()).max_response_length == 20_000_000
+
+
 def test_telemetry_counts_only_gpus_that_ever_worked() -> None:
     g = pl.DataFrame({"gpu": ["0", "0", "1", "1", "2"], "metric": "gpu_util_pct", "value": [0.0, 4.9, 0.0, 80.0, 5.0]})
     assert telemetry_gpus_used(conform(g, GPU_SAMPLES).lazy()) == 2  # GPU 0 never reached 5 %

@@ -10,7 +10,9 @@ Assets and checks come from every stage module of ``pipelines.assets``
   They carry ``AutomationCondition.eager()``; the ``cross_run_automation`` sensor refreshes them
   once a burst of ingests has finished, however those were launched.
 
-Dagster's DuckDBResource (dagster-duckdb) is deliberately not used: see ``pipelines.resources``.
+Steps run in the run's process unless ``$POLYTRACE_EXECUTOR=ray`` sends them to a Ray cluster
+(:mod:`pipelines.executors`). Dagster's DuckDBResource (dagster-duckdb) is deliberately not used:
+see ``pipelines.resources``.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from dagster import (
     AssetsDefinition,
     AssetSelection,
     Definitions,
+    ExecutorDefinition,
     define_asset_job,
-    in_process_executor,
     load_asset_checks_from_modules,
     load_assets_from_modules,
 )
 
 from pipelines import checks
 from pipelines.assets import stage_modules
+from pipelines.executors import executor_from_env
 from pipelines.partitions import RUNS_PARTITIONS_NAME
 from pipelines.resources import WarehouseResource
 from pipelines.sensors import CROSS_RUN_JOB_NAME, INGEST_JOB_NAME, cross_run_automation, run_dirs_sensor
@@ -51,8 +54,8 @@ def per_run_keys(assets: Sequence[object]) -> list[AssetKey]:
     return sorted(out, key=lambda k: k.to_user_string())
 
 
-def build_defs(warehouse: WarehouseResource | None = None) -> Definitions:
-    """The definitions, with ``warehouse`` (default: from the environment) as the resource."""
+def build_defs(warehouse: WarehouseResource | None = None, executor: ExecutorDefinition | None = None) -> Definitions:
+    """The definitions, with ``warehouse`` and ``executor`` (default: each from the environment)."""
     modules = stage_modules()
     assets = list(load_assets_from_modules(modules))
     asset_checks = list(load_asset_checks_from_modules([*modules, checks]))
@@ -75,9 +78,8 @@ def build_defs(warehouse: WarehouseResource | None = None) -> Definitions:
         sensors=[run_dirs_sensor, cross_run_automation(cross_run)],
         resources={"warehouse": warehouse if warehouse is not None else WarehouseResource.from_env()},
         # Runs (= run partitions) are the unit of parallelism: the UI and the sensor launch one
-        # process per run. Inside a run the steps are short and mostly sequential (ingest, then
-        # checks), so a process per step (the multiprocess default) would mostly pay imports.
-        executor=in_process_executor,
+        # process per run; where its steps run is pipelines.executors' choice
+        executor=executor if executor is not None else executor_from_env(),
     )
 
 

@@ -3,19 +3,12 @@ ingest does; a Ray address that does not answer is a one-line usage error."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _warehouse_util import assert_same_tables, free_port
+from _ray_util import ray_head
+from _warehouse_util import assert_same_tables
 
 from analyses.cli import main
 from analyses.warehouse import STAGING, published_runs
@@ -68,42 +61,8 @@ def test_bad_fanout_options_exit_2_with_one_line(tmp_path: Path, argv: list[str]
 
 @pytest.fixture
 def ray_cluster() -> Iterator[str]:
-    """A two-CPU Ray head on 127.0.0.1 (its own temp dir and ports), stopped with its whole process
-    group at the end; never ``ray stop``, which would stop every Ray on the machine."""
-    pytest.importorskip("ray")
-    ray_bin = Path(sys.executable).with_name("ray")
-    tmp = tempfile.mkdtemp(prefix="/tmp/rayt")  # short: Ray's unix sockets live under it
-    port = free_port()
-    ports = [free_port() for _ in range(6)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen(
-        [str(ray_bin), "start", "--head", "--block", "--num-cpus", "2", "--node-ip-address", "127.0.0.1",
-         "--port", str(port), "--temp-dir", tmp, "--include-dashboard", "false", "--disable-usage-stats",
-         "--node-manager-port", str(ports[0]), "--object-manager-port", str(ports[1]),
-         "--dashboard-agent-listen-port", str(ports[2]), "--dashboard-agent-grpc-port", str(ports[3]),
-         "--metrics-export-port", str(ports[4]), "--runtime-env-agent-port", str(ports[5])],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"ray start failed: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
-                time.sleep(0.5)
-        yield f"127.0.0.1:{port}"
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(tmp, ignore_errors=True)
+    with ray_head() as head:
+        yield head.address
 
 
 @pytest.mark.slow

@@ -1,0 +1,80 @@
+"""A Ray head on 127.0.0.1 started and stopped by a test (shared by the fan-out and Dagster-on-Ray tests)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from _ci import skip_or_fail
+from _warehouse_util import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class RayHead:
+    address: str  # HOST:PORT of the cluster (ray.init / --ray)
+    dashboard: str | None  # http://HOST:PORT of its job-submission API, when started with one
+
+
+def _wait_for(port: int, proc: subprocess.Popen, deadline: float) -> None:
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"ray start failed: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+            time.sleep(0.5)
+
+
+@contextmanager
+def ray_head(dashboard: bool = False) -> Iterator[RayHead]:
+    """A two-CPU Ray head on 127.0.0.1 (its own temp dir and ports; the dashboard, which serves
+    Ray's job API, only when asked), stopped with its whole process group at the end; never
+    ``ray stop``, which would stop every Ray on the machine."""
+    ray_bin = Path(sys.executable).with_name("ray")
+    if not ray_bin.exists():
+        skip_or_fail(f"ray is not installed in {Path(sys.executable).parent} (make install installs it)")
+    tmp = tempfile.mkdtemp(prefix="/tmp/rayt")  # short: Ray's unix sockets live under it
+    port, dash_port = free_port(), free_port()
+    ports = [free_port() for _ in range(6)]
+    dash = (["--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash_port)]
+            if dashboard else ["--include-dashboard", "false"])
+    # the job driver of a Dagster step runs `python -m dagster`: the venv's bin first on its PATH
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.Popen(
+        [str(ray_bin), "start", "--head", "--block", "--num-cpus", "2", "--node-ip-address", "127.0.0.1",
+         "--port", str(port), "--temp-dir", tmp, *dash, "--disable-usage-stats",
+         "--node-manager-port", str(ports[0]), "--object-manager-port", str(ports[1]),
+         "--dashboard-agent-listen-port", str(ports[2]), "--dashboard-agent-grpc-port", str(ports[3]),
+         "--metrics-export-port", str(ports[4]), "--runtime-env-agent-port", str(ports[5])],
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        _wait_for(port, proc, deadline)
+        if dashboard:
+            _wait_for(dash_port, proc, deadline)
+        yield RayHead(f"127.0.0.1:{port}", f"http://127.0.0.1:{dash_port}" if dashboard else None)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -5,19 +5,16 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from _ci import skip_or_fail
-from _warehouse_util import free_port
+from _warehouse_util import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,17 +23,6 @@ REPO = Path(__file__).resolve().parents[1]
 class RayHead:
     address: str  # HOST:PORT of the cluster (ray.init / --ray)
     dashboard: str | None  # http://HOST:PORT of its job-submission API, when started with one
-
-
-def _wait_for(port: int, proc: subprocess.Popen, deadline: float) -> None:
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"ray start failed: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
-            time.sleep(0.5)
 
 
 @contextmanager
@@ -63,10 +49,9 @@ def ray_head(dashboard: bool = False) -> Iterator[RayHead]:
          "--metrics-export-port", str(ports[4]), "--runtime-env-agent-port", str(ports[5])],
         env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
-        _wait_for(port, proc, deadline)
+        wait_for_port(port, proc, 120, "ray start")
         if dashboard:
-            _wait_for(dash_port, proc, deadline)
+            wait_for_port(dash_port, proc, 120, "the Ray dashboard")
         yield RayHead(f"127.0.0.1:{port}", f"http://127.0.0.1:{dash_port}" if dashboard else None)
     finally:
         try:

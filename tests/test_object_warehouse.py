@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
-from _warehouse_util import assert_same_tables, free_port
+from _warehouse_util import assert_same_tables, free_port, wait_for_port
 
 from analyses.api import PolyTrace
 from analyses.cli import main
@@ -36,15 +35,7 @@ def moto_server(**env: str) -> Iterator[str]:
                             env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("moto server did not start")
-                time.sleep(0.2)
+        wait_for_port(port, proc, 30, "the moto server")
         yield f"http://127.0.0.1:{port}"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

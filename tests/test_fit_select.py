@@ -16,6 +16,7 @@ from analyses.fit.empirical import (
     EmpiricalTailFit,
     fit_empirical_tail,
     fit_gpd_censored,
+    heavy_chain,
     heavy_step_share,
     kaplan_meier,
     km_quantile,
@@ -106,6 +107,29 @@ def test_heavy_step_share_by_hand():
     # none heavy: Jeffreys' (0 + 1/2) / 11
     assert heavy_step_share(fit_empirical_tail(np.rint(rng.lognormal(5, 0.3, 5000)), None, trim=0.0),
                             steps, np.rint(rng.lognormal(5, 0.3, steps.size)), cens) == pytest.approx(0.5 / 11)
+
+
+def test_heavy_chain_by_hand():
+    # quiet, quiet, quiet, heavy, heavy, heavy, quiet, quiet: transitions QQ QQ QH HH HH HQ QQ.
+    # From heavy: 3, of which 2 stay heavy -> (2 + 1/2) / (3 + 1) = 0.625; from quiet: 4, of which 1
+    # turns heavy -> (1 + 1/2) / (4 + 1) = 0.3; persistence 0.625 - 0.3 = 0.325
+    h = np.array([0, 0, 0, 1, 1, 1, 0, 0], dtype=bool)
+    assert heavy_chain(h) == pytest.approx(0.325)
+    # alternating steps do not cluster: the difference is negative, no persistence
+    assert heavy_chain(np.array([1, 0, 1, 0], dtype=bool)) == 0.0
+
+
+def test_heavy_prob_forecast_from_the_last_fitted_step():
+    m = EmpiricalTailFit([10.0, 20.0], 0.0, 0.0, 1.0, 100.0, None, 0.0, 10, 0, heavy_prob=0.3,
+                         heavy_persistence=0.5, heavy_last=True, last_step=10)
+    # one step on: 0.3 + (1 - 0.3) * 0.5; two: 0.3 + 0.7 * 0.25; the fitted steps and exports: the share
+    assert m.heavy_prob_at(11) == pytest.approx(0.65)
+    assert m.heavy_prob_at(12) == pytest.approx(0.475)
+    assert m.heavy_prob_at(10) == m.heavy_prob_at(11, forecast=False) == 0.3
+    # no heavy steps (a smooth candidate): none forecast either, whatever the last state
+    m.heavy_prob = 0.0
+    assert m.heavy_prob_at(11) == 0.0
+    assert marginal({**m.to_dict(), "heavy_prob": 0.3}).heavy_prob_at(11) == pytest.approx(0.65)
 
 
 def test_choose_takes_the_lowest_score_and_the_default_on_ties():

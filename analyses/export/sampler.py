@@ -15,8 +15,10 @@ order from that step's stream; the mapping from uniforms to lengths is vectorise
 :func:`generate` gives for its seed.
 
 Per step: two level effects (response lengths, tool latency; both always drawn), whether the
-step is a heavy-tailed one (draws its extremes from the recorded ones), the group copula's latents, then (multi-turn) turn counts, tool calls, completions, latencies, results and
-failures, then reward times. Per replay: the two levels' own uncertainty.
+step is a heavy-tailed one (draws its extremes from the recorded ones; in a forecast, past the
+fitted steps, with the heavy-step chain's probability), the group copula's latents, then
+(multi-turn) turn counts, tool calls, completions, latencies, results and failures, then reward
+times. Per replay: the two levels' own uncertainty.
 """
 
 from __future__ import annotations
@@ -154,6 +156,12 @@ def replay_level(c: Compiled, seed: int, key: str, level_uncertainty: bool = Tru
     return out[0], out[1]
 
 
+def _heavy_prob(m: Any, step: int, forecast: bool) -> float:
+    """P(a generated step is heavy-tailed): the chain's forecast for a forecast ensemble, the
+    share of heavy steps for an export (:meth:`EmpiricalTailFit.heavy_prob_at`)."""
+    return m.heavy_prob_at(step, forecast) if isinstance(m, EmpiricalTailFit) else float(getattr(m, "heavy_prob", 0.0))
+
+
 def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[int], key: str | None = None,
                compiled: Compiled | None = None, level_uncertainty: bool = True) -> StepDraws:
     """Every (seed, step) of ``seeds x steps`` at once (see the module text). ``level_uncertainty``:
@@ -165,12 +173,12 @@ def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[i
     rows = [(sd, k) for sd in seeds for k in steps]
     replays = {sd: replay_level(c, sd, key, level_uncertainty) for sd in seeds}
     log_f, log_lat, heavy = np.empty(len(rows)), np.empty(len(rows)), np.zeros(len(rows), bool)
-    heavy_prob = float(getattr(c.mr, "heavy_prob", 0.0))
+    heavy_prob = {k: _heavy_prob(c.mr, k, level_uncertainty) for k in steps}
     ups, urs, gms, rngs = [], [], [], []
     for r, (sd, k) in enumerate(rows):
         rng = step_rng(sd, key, k)
         eta = rng.standard_normal(2)
-        heavy[r] = rng.random() < heavy_prob
+        heavy[r] = rng.random() < heavy_prob[k]
         (d0, sd0), (d1, sd1) = replays[sd]
         log_f[r] = float(c.drift.log_factor(k)) + d0 + eta[0] * sd0
         log_lat[r] = float(c.lat_drift.log_factor(k)) + d1 + eta[1] * sd1

@@ -21,7 +21,10 @@ Here
   cannot set the shape of everyone else's tail. They are kept as ``extremes``;
 * **heavy steps**: real steps differ in how heavy their tail is (a few runaways in one step,
   none in the next). With probability ``heavy_prob`` (:func:`heavy_step_share`) a generated step
-  draws its levels above the trim point from the recorded ``extremes`` instead of the GPD.
+  draws its levels above the trim point from the recorded ``extremes`` instead of the GPD. Heavy
+  steps come in runs, so a forecast of the steps after the fitted ones starts from the last fitted
+  step's state and forgets it at the rate the fitted steps do (a two-state chain,
+  :func:`heavy_chain`, :meth:`EmpiricalTailFit.heavy_prob_at`).
 
 Old specs (version 1.0) hold a point mass ``p_cap`` at the cap; ``ppf`` still honours it
 (new fits have ``p_cap = 0``).
@@ -172,6 +175,11 @@ class EmpiricalTailFit:
     extremes: list[float] = field(default_factory=list)
     cut_level: float = 1.0
     heavy_prob: float = 0.0
+    # heavy steps come in runs: the chain's persistence and the state of the last fitted step
+    # (:func:`heavy_chain`), for forecasting the steps after it
+    heavy_persistence: float = 0.0
+    heavy_last: bool = False
+    last_step: int | None = None
 
     def __post_init__(self) -> None:
         # built once: ppf is called per generated step
@@ -184,6 +192,16 @@ class EmpiricalTailFit:
     @property
     def threshold(self) -> float:
         return float(self.knots[-1])
+
+    def heavy_prob_at(self, step: int, forecast: bool = True) -> float:
+        """P(step ``step`` is heavy). Steps up to the last fitted one (or ``forecast=False``, an
+        export): the share of heavy steps. A step ``d`` steps after it: the two-state chain's
+        forecast from the last fitted step's state, ``p + (h_last - p) * persistence**d``, which
+        decays to the share ``p`` as the last state is forgotten."""
+        p = self.heavy_prob
+        if not forecast or p <= 0 or self.heavy_persistence <= 0 or self.last_step is None or step <= self.last_step:
+            return p
+        return p + (float(self.heavy_last) - p) * self.heavy_persistence ** (step - self.last_step)
 
     def latent_ppf(self, v: np.ndarray, heavy: np.ndarray | bool = False) -> np.ndarray:
         """Quantiles of the latent (uncensored) length at levels ``v`` in [0, 1); where ``heavy``
@@ -240,6 +258,9 @@ class EmpiricalTailFit:
                 "extremes": self.extremes,
                 "cut_level": self.cut_level,
                 "heavy_prob": self.heavy_prob,
+                "heavy_persistence": self.heavy_persistence,
+                "heavy_last": self.heavy_last,
+                "last_step": self.last_step,
             }
         )
 
@@ -249,7 +270,9 @@ class EmpiricalTailFit:
         return cls([float(k) for k in d["knots"]], float(d["tail_prob"]), float(c), float(s), float(d["upper"]),
                    d.get("censor_at"), float(d.get("p_cap") or 0.0), int(d.get("n", 0)), int(d.get("n_censored", 0)),
                    bool(d.get("integer", True)), float(d.get("lower", 1.0)), [float(v) for v in d.get("extremes") or []],
-                   float(d.get("cut_level", 1.0)), float(d.get("heavy_prob") or 0.0))
+                   float(d.get("cut_level", 1.0)), float(d.get("heavy_prob") or 0.0),
+                   float(d.get("heavy_persistence") or 0.0), bool(d.get("heavy_last")),
+                   int(d["last_step"]) if d.get("last_step") is not None else None)
 
 
 def fit_empirical_tail(x: np.ndarray, censor_at: float | None, *, censored: np.ndarray | None = None, integer: bool = True,
@@ -304,20 +327,47 @@ def fit_empirical_tail(x: np.ndarray, censor_at: float | None, *, censored: np.n
                             p_cap, int(x.size), int(cens.sum()), integer, lower, extremes.tolist(), cut_level)
 
 
+def step_maxima(steps: np.ndarray, x: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct steps in order, samples per step, each step's longest value; +inf where one is
+    cut at the cap, so only "at least the cap" is known)."""
+    uniq, inv = np.unique(steps, return_inverse=True)
+    top = np.full(uniq.size, -np.inf)
+    np.maximum.at(top, inv, np.where(censored, np.inf, x))
+    return uniq, np.bincount(inv).astype(float), top
+
+
+def heavy_steps(m: EmpiricalTailFit, steps: np.ndarray, x: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct steps in order, whether each is heavy): a step is *heavy* when its longest
+    (latent) value lies beyond the 99% quantile of the longest of that many draws from ``m`` (a
+    response cut at the cap counts as beyond when the cap is). ``m`` is the *untrimmed* fit (its
+    GPD fitted to every exceedance, runaways included, so as heavy as the data make it)."""
+    uniq, n_k, top = step_maxima(steps, x, censored)
+    if m.tail_prob <= 0:
+        return uniq, np.zeros(uniq.size, bool)
+    f = m.latent_cdf(np.minimum(top, np.finfo(float).max))
+    return uniq, f**n_k > HEAVY_QUANTILE
+
+
 def heavy_step_share(m: EmpiricalTailFit, steps: np.ndarray, x: np.ndarray, censored: np.ndarray) -> float:
-    """The share of steps whose extremes no smooth tail explains. ``m`` is the *untrimmed* fit
-    (its GPD fitted to every exceedance, runaways included, so as heavy as the data make it): a
-    step is *heavy* when its longest (latent) value lies beyond the 99% quantile of the longest of
-    that many draws from ``m`` (a response cut at the cap counts as beyond when the cap is). With
+    """The share of steps whose extremes no smooth tail explains (:func:`heavy_steps`). With
     ``h`` heavy steps of ``n``: ``(h + 1/2) / (n + 1)``, the posterior mean under Jeffreys' prior
     -- on a run with no heavy step the recorded extremes are ordinary values, so a heavy step
     changes little."""
     if m.tail_prob <= 0:
         return 0.0
-    uniq, inv = np.unique(steps, return_inverse=True)
-    n_k = np.bincount(inv).astype(float)
-    top = np.full(uniq.size, -np.inf)
-    np.maximum.at(top, inv, np.where(censored, np.inf, x))
-    f = m.latent_cdf(np.minimum(top, np.finfo(float).max))
-    heavy = f ** n_k > HEAVY_QUANTILE
+    uniq, heavy = heavy_steps(m, steps, x, censored)
     return float((heavy.sum() + 0.5) / (uniq.size + 1))
+
+
+def heavy_chain(heavy: np.ndarray) -> float:
+    """The persistence of heavy steps, ``P(heavy | heavy before) - P(heavy | quiet before)``, from
+    the transitions between consecutive fitted steps (each row's probability the posterior mean
+    under Jeffreys' prior, ``(count + 1/2) / (transitions + 1)``); 0 when heavy steps do not
+    cluster. Why: runaway responses come in runs (a policy stuck in a repetition loop stays stuck
+    for a few steps: verl-video's steps 16-21), so whether the last fitted step was heavy says
+    something about the next one that the share of heavy steps alone does not."""
+    h = np.asarray(heavy, dtype=bool)
+    prev, nxt = h[:-1], h[1:]
+    p_hh = (float(np.sum(prev & nxt)) + 0.5) / (float(prev.sum()) + 1.0)
+    p_qh = (float(np.sum(~prev & nxt)) + 0.5) / (float((~prev).sum()) + 1.0)
+    return max(0.0, p_hh - p_qh)

@@ -18,8 +18,10 @@ from analyses.fit.empirical import (
     fit_gpd_censored,
     heavy_chain,
     heavy_step_share,
+    iid_log_excess_var,
     kaplan_meier,
     km_quantile,
+    tail_scale_sd,
 )
 from analyses.fit.select import CANDIDATES, DEFAULT, choose, fit_workload_selected, without_heavy_steps
 from analyses.fit.workload import marginal
@@ -130,6 +132,30 @@ def test_heavy_prob_forecast_from_the_last_fitted_step():
     m.heavy_prob = 0.0
     assert m.heavy_prob_at(11) == 0.0
     assert marginal({**m.to_dict(), "heavy_prob": 0.3}).heavy_prob_at(11) == pytest.approx(0.65)
+
+
+def test_tail_scale_sd_by_hand():
+    # a tail-only marginal: threshold 100, exponential excesses of scale 1e6 (so the floor of 1
+    # on an excess never bites); the longest of one draw is one exponential, and
+    # var(log(Exp)) = pi^2 / 6
+    m = EmpiricalTailFit([100.0, 100.0], 1.0, 0.0, 1e6, 1e300, None, 0.0, 10, 0)
+    assert iid_log_excess_var(m, 1.0) == pytest.approx(np.pi**2 / 6, abs=0.01)
+    # quiet steps' log excesses 0, 2, 4 (sample variance 4) around log(1e6): tau^2 = 4 - pi^2 / 6
+    top = 100.0 + 1e6 * np.exp(np.array([0.0, 2.0, 4.0, 9.0, 0.0]))
+    top[4] = np.inf  # a step cut at the cap: only "at least" known, left out
+    n_k = np.ones(5)
+    quiet = np.array([True, True, True, False, True])  # step 3 is heavy: the chain's, left out
+    assert tail_scale_sd(m, n_k, top, quiet) == pytest.approx(np.sqrt(4 - np.pi**2 / 6), abs=0.01)
+    # the same spread as i.i.d. draws give: no effect; fewer than 3 quiet steps: none estimated
+    assert tail_scale_sd(m, n_k, 100.0 + 1e6 * np.exp(np.array([0.0, 0.5, 1.0, 0, 0])), quiet) == 0.0
+    assert tail_scale_sd(m, n_k[:2], top[:2], quiet[:2]) == 0.0
+
+
+def test_tail_scale_multiplies_the_gpd_excess_only():
+    m = EmpiricalTailFit([10.0, 20.0], 0.5, 0.0, 5.0, 1e300, None, 0.0, 10, 0)
+    v = np.array([0.25, 0.75])  # a body level, and a tail level: excess -5 log(1 - 0.5) = 5 log 2
+    assert m.latent_ppf(v, tail_scale=3.0).tolist() == pytest.approx([15.0, 20.0 + 15.0 * np.log(2)])
+    assert m.latent_ppf(v, tail_scale=np.array([1.0, 3.0]))[1] == pytest.approx(20.0 + 15.0 * np.log(2))
 
 
 def test_choose_takes_the_lowest_score_and_the_default_on_ties():

@@ -39,6 +39,8 @@ from analyses.fit.empirical import (
     heavy_chain,
     heavy_step_share,
     heavy_steps,
+    step_maxima,
+    tail_scale_sd,
 )
 from analyses.fit.joint import GaussianMixture, GroupCopula, fit_gmm_bic, fit_group_copula
 from analyses.fit.tails import BodyTailFit
@@ -173,10 +175,13 @@ def fit_response(steps: np.ndarray, groups: np.ndarray, resp: np.ndarray, cap: f
 
 def fit_step_tails(m: EmpiricalTailFit, steps: np.ndarray, x: np.ndarray, censored: np.ndarray, heavy: bool) -> None:
     """How the tail of ``m`` (fitted to the de-levelled lengths ``x``) differs from step to step,
-    set on ``m``: with ``heavy`` the heavy steps (their share and persistence,
+    set on ``m``: the quiet steps' tail-scale effect (:func:`~analyses.fit.empirical.tail_scale_sd`),
+    and with ``heavy`` the heavy steps (their share and persistence,
     :func:`~analyses.fit.empirical.heavy_chain`). Heavy steps are told by the *untrimmed* fit."""
     untrimmed = fit_empirical_tail(x, m.censor_at, censored=censored, trim=0.0)
     ks, flags = heavy_steps(untrimmed, steps, x, censored)
+    _, n_k, top = step_maxima(steps, x, censored)
+    m.tail_sd = tail_scale_sd(m, n_k, top, ~flags)
     if heavy:
         m.heavy_prob = heavy_step_share(untrimmed, steps, x, censored)
         m.heavy_persistence, m.heavy_last, m.last_step = heavy_chain(flags), bool(flags[-1]), int(ks[-1])

@@ -16,9 +16,12 @@ from analyses.fit.empirical import (
     EmpiricalTailFit,
     fit_empirical_tail,
     fit_gpd_censored,
+    heavy_chain,
     heavy_step_share,
+    iid_log_excess_var,
     kaplan_meier,
     km_quantile,
+    tail_scale_sd,
 )
 from analyses.fit.select import CANDIDATES, DEFAULT, choose, fit_workload_selected, without_heavy_steps
 from analyses.fit.workload import marginal
@@ -106,6 +109,53 @@ def test_heavy_step_share_by_hand():
     # none heavy: Jeffreys' (0 + 1/2) / 11
     assert heavy_step_share(fit_empirical_tail(np.rint(rng.lognormal(5, 0.3, 5000)), None, trim=0.0),
                             steps, np.rint(rng.lognormal(5, 0.3, steps.size)), cens) == pytest.approx(0.5 / 11)
+
+
+def test_heavy_chain_by_hand():
+    # quiet, quiet, quiet, heavy, heavy, heavy, quiet, quiet: transitions QQ QQ QH HH HH HQ QQ.
+    # From heavy: 3, of which 2 stay heavy -> (2 + 1/2) / (3 + 1) = 0.625; from quiet: 4, of which 1
+    # turns heavy -> (1 + 1/2) / (4 + 1) = 0.3; persistence 0.625 - 0.3 = 0.325
+    h = np.array([0, 0, 0, 1, 1, 1, 0, 0], dtype=bool)
+    assert heavy_chain(h) == pytest.approx(0.325)
+    # alternating steps do not cluster: the difference is negative, no persistence
+    assert heavy_chain(np.array([1, 0, 1, 0], dtype=bool)) == 0.0
+
+
+def test_heavy_prob_forecast_from_the_last_fitted_step():
+    m = EmpiricalTailFit([10.0, 20.0], 0.0, 0.0, 1.0, 100.0, None, 0.0, 10, 0, heavy_prob=0.3,
+                         heavy_persistence=0.5, heavy_last=True, last_step=10)
+    # one step on: 0.3 + (1 - 0.3) * 0.5; two: 0.3 + 0.7 * 0.25; the fitted steps and exports: the share
+    assert m.heavy_prob_at(11) == pytest.approx(0.65)
+    assert m.heavy_prob_at(12) == pytest.approx(0.475)
+    assert m.heavy_prob_at(10) == m.heavy_prob_at(11, forecast=False) == 0.3
+    # no heavy steps (a smooth candidate): none forecast either, whatever the last state
+    m.heavy_prob = 0.0
+    assert m.heavy_prob_at(11) == 0.0
+    assert marginal({**m.to_dict(), "heavy_prob": 0.3}).heavy_prob_at(11) == pytest.approx(0.65)
+
+
+def test_tail_scale_sd_by_hand():
+    # a tail-only marginal: threshold 100, exponential excesses of scale 1e6 (so the floor of 1
+    # on an excess never bites); the longest of one draw is one exponential, and
+    # var(log(Exp)) = pi^2 / 6
+    m = EmpiricalTailFit([100.0, 100.0], 1.0, 0.0, 1e6, 1e300, None, 0.0, 10, 0)
+    assert iid_log_excess_var(m, 1.0) == pytest.approx(np.pi**2 / 6, abs=0.01)
+    # quiet steps' log excesses 0, 2, 4 (sample variance 4) around log(1e6): tau^2 = 4 - pi^2 / 6
+    top = 100.0 + 1e6 * np.exp(np.array([0.0, 2.0, 4.0, 9.0, 0.0]))
+    top[4] = np.inf  # a step cut at the cap: only "at least" known, left out
+    n_k = np.ones(5)
+    quiet = np.array([True, True, True, False, True])  # step 3 is heavy: the chain's, left out
+    assert tail_scale_sd(m, n_k, top, quiet) == pytest.approx(np.sqrt(4 - np.pi**2 / 6), abs=0.01)
+    # the same spread as i.i.d. draws give: no effect; fewer than 3 quiet steps: none estimated
+    assert tail_scale_sd(m, n_k, 100.0 + 1e6 * np.exp(np.array([0.0, 0.5, 1.0, 0, 0])), quiet) == 0.0
+    assert tail_scale_sd(m, n_k[:2], top[:2], quiet[:2]) == 0.0
+
+
+def test_tail_scale_multiplies_the_gpd_excess_only():
+    m = EmpiricalTailFit([10.0, 20.0], 0.5, 0.0, 5.0, 1e300, None, 0.0, 10, 0)
+    v = np.array([0.25, 0.75])  # a body level, and a tail level: excess -5 log(1 - 0.5) = 5 log 2
+    assert m.latent_ppf(v, tail_scale=3.0).tolist() == pytest.approx([15.0, 20.0 + 15.0 * np.log(2)])
+    assert m.latent_ppf(v, tail_scale=np.array([1.0, 3.0]))[1] == pytest.approx(20.0 + 15.0 * np.log(2))
 
 
 def test_choose_takes_the_lowest_score_and_the_default_on_ties():

@@ -136,3 +136,17 @@ def test_exports_are_at_the_fitted_level_forecasts_draw_its_uncertainty(workload
     assert replay_level(c, 3, "k", level_uncertainty=False) == ((0.0, c.drift.step_sd), (0.0, c.lat_drift.step_sd))
     drawn = {replay_level(c, s, "k")[0] for s in range(20)}
     assert len(drawn) == 20  # every forecast seed draws its own level offset and step sd
+
+
+def test_a_tail_scale_effect_is_seeded_and_shared_by_both_entry_points(workload):
+    # a step's tail-scale effect is drawn from the step's own stream, after its heavy-step draw
+    r = workload["variables"]["response_tokens"]
+    w = {**workload, "variables": {**workload["variables"], "response_tokens": {**r, "tail_sd": 0.5}}}
+    a = generate(w, [0, 1], seed=3).samples
+    assert a.equals(generate(w, [0, 1], seed=3).samples)
+    assert a.equals(generate(w, [1, 0], seed=3).samples.sort("step", maintain_order=True))
+    d = draw_steps(w, [0, 1], seeds=[3], level_uncertainty=False)
+    assert d.response.astype(np.int64).ravel().tolist() == a["response_tokens"].to_list()
+    # and it is drawn: the same seed gives other lengths than without the effect
+    b = generate(workload, [0, 1], seed=3).samples
+    assert not a["response_tokens"].equals(b["response_tokens"])

@@ -15,8 +15,11 @@ order from that step's stream; the mapping from uniforms to lengths is vectorise
 :func:`generate` gives for its seed.
 
 Per step: two level effects (response lengths, tool latency; both always drawn), whether the
-step is a heavy-tailed one (draws its extremes from the recorded ones), the group copula's latents, then (multi-turn) turn counts, tool calls, completions, latencies, results and
-failures, then reward times. Per replay: the two levels' own uncertainty.
+step is a heavy-tailed one (draws its extremes from the recorded ones; in a forecast, past the
+fitted steps, with the heavy-step chain's probability), the step's tail-scale effect (only when the
+workload has one, so other workloads keep their streams), the group copula's latents, then
+(multi-turn) turn counts, tool calls, completions, latencies, results and failures, then reward
+times. Per replay: the two levels' own uncertainty.
 """
 
 from __future__ import annotations
@@ -76,13 +79,13 @@ def steps_for(workload: dict[str, Any], n_steps: int) -> list[int]:
 
 
 def scaled_ppf(m: Any, u: np.ndarray, factor: np.ndarray | float, cap: float | None = None,
-               heavy: np.ndarray | bool = False) -> np.ndarray:
+               heavy: np.ndarray | bool = False, tail_scale: np.ndarray | float = 1.0) -> np.ndarray:
     """Quantiles of marginal ``m`` at ``u``, scaled by a step's level ``factor`` and cut at the cap
     (``heavy``: the steps that draw their extremes from the recorded ones)."""
     if isinstance(m, ContinuousFit):
         return apply_bounds(m.ppf_raw(u) * factor, m.lower, m.censor_at, m.integer)
     if isinstance(m, EmpiricalTailFit):
-        return m.ppf(u, factor, heavy)
+        return m.ppf(u, factor, heavy, tail_scale)
     v = np.rint(np.asarray(m.ppf(u), dtype=float) * factor)
     return np.minimum(v, cap) if cap is not None else v
 
@@ -154,6 +157,12 @@ def replay_level(c: Compiled, seed: int, key: str, level_uncertainty: bool = Tru
     return out[0], out[1]
 
 
+def _heavy_prob(m: Any, step: int, forecast: bool) -> float:
+    """P(a generated step is heavy-tailed): the chain's forecast for a forecast ensemble, the
+    share of heavy steps for an export (:meth:`EmpiricalTailFit.heavy_prob_at`)."""
+    return m.heavy_prob_at(step, forecast) if isinstance(m, EmpiricalTailFit) else float(getattr(m, "heavy_prob", 0.0))
+
+
 def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[int], key: str | None = None,
                compiled: Compiled | None = None, level_uncertainty: bool = True) -> StepDraws:
     """Every (seed, step) of ``seeds x steps`` at once (see the module text). ``level_uncertainty``:
@@ -165,12 +174,15 @@ def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[i
     rows = [(sd, k) for sd in seeds for k in steps]
     replays = {sd: replay_level(c, sd, key, level_uncertainty) for sd in seeds}
     log_f, log_lat, heavy = np.empty(len(rows)), np.empty(len(rows)), np.zeros(len(rows), bool)
-    heavy_prob = float(getattr(c.mr, "heavy_prob", 0.0))
+    heavy_prob = {k: _heavy_prob(c.mr, k, level_uncertainty) for k in steps}
+    tail_sd, log_tail = float(getattr(c.mr, "tail_sd", 0.0)), np.zeros(len(rows))
     ups, urs, gms, rngs = [], [], [], []
     for r, (sd, k) in enumerate(rows):
         rng = step_rng(sd, key, k)
         eta = rng.standard_normal(2)
-        heavy[r] = rng.random() < heavy_prob
+        heavy[r] = rng.random() < heavy_prob[k]
+        if tail_sd > 0:  # drawn only by a workload with a tail-scale effect: others keep their streams
+            log_tail[r] = tail_sd * rng.standard_normal()
         (d0, sd0), (d1, sd1) = replays[sd]
         log_f[r] = float(c.drift.log_factor(k)) + d0 + eta[0] * sd0
         log_lat[r] = float(c.lat_drift.log_factor(k)) + d1 + eta[1] * sd1
@@ -190,7 +202,7 @@ def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[i
     else:
         up_all, ur_all = np.stack(ups), np.stack(urs)
         prompt_g = np.maximum(np.rint(c.mp.ppf(up_all)), 1.0)
-        resp = scaled_ppf(c.mr, ur_all, factor, c.cap, heavy[:, None])
+        resp = scaled_ppf(c.mr, ur_all, factor, c.cap, heavy[:, None], np.exp(log_tail)[:, None])
     out = StepDraws(seeds, steps, np.repeat(prompt_g, c.n, axis=1), resp, c.dp_index, c.n_dp)
     details: list[dict[str, Any]] = [{} for _ in rows]
     if c.multi:

@@ -2,7 +2,7 @@
 
 Layout (documented in docs/spec.md, machine-checked by ``analyses/export/spec.schema.json``)::
 
-    {"polytrace_spec_version": "1.2", "generator": ..., "seed": 0,
+    {"polytrace_spec_version": "1.3", "generator": ..., "seed": 0,
      "source": {"runs": [...]},
      "workloads": {"<run_id>[/<task>]": {run_id, task, n_samples, steps_fitted, batch,
                                           variables, joint, drift}}}
@@ -11,7 +11,9 @@ The file is deterministic for given data and seed (no timestamps), so a spec can
 cached. Version 1.1 adds the step-level model (``drift.step_sd`` and its posterior fields,
 ``tool_latency_drift``), heavy-tailed steps (``extremes``, ``heavy_prob``), tool failure statuses
 and ``selection``; 1.2 adds a filtering run's generation batches (``filter``: DAPO's dynamic
-sampling). Every addition is optional with a neutral default, so a 1.0 file still reads
+sampling); 1.3 the response tail's step-to-step model (``tail_sd``: a per-step tail-scale effect;
+``heavy_persistence``, ``heavy_last``, ``last_step``: heavy steps as a persistent two-state chain).
+Every addition is optional with a neutral default, so a 1.0 file still reads
 and samples as it did (its ``p_cap`` point masses and mixture joints included). Another major
 version is refused with one line naming it. ``validate_spec`` checks a document against the committed JSON Schema with a small
 built-in validator (the subset of JSON Schema the schema uses), so no extra dependency is needed.
@@ -23,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-SPEC_VERSION = "1.2"
+SPEC_VERSION = "1.3"
 SCHEMA_PATH = Path(__file__).with_name("spec.schema.json")
 GENERATOR = "polytrace fit"
 

@@ -21,7 +21,14 @@ Here
   cannot set the shape of everyone else's tail. They are kept as ``extremes``;
 * **heavy steps**: real steps differ in how heavy their tail is (a few runaways in one step,
   none in the next). With probability ``heavy_prob`` (:func:`heavy_step_share`) a generated step
-  draws its levels above the trim point from the recorded ``extremes`` instead of the GPD.
+  draws its levels above the trim point from the recorded ``extremes`` instead of the GPD. Heavy
+  steps come in runs, so a forecast of the steps after the fitted ones starts from the last fitted
+  step's state and forgets it at the rate the fitted steps do (a two-state chain,
+  :func:`heavy_chain`, :meth:`EmpiricalTailFit.heavy_prob_at`);
+* **tail scale per step**: in quiet steps too, the longest response varies from step to step more
+  than the longest of i.i.d. draws from one tail; each step's GPD excesses are scaled by
+  ``exp(tail_sd * z)``, ``z ~ N(0, 1)`` per step, ``tail_sd`` estimated from the fitted steps'
+  longest values (:func:`tail_scale_sd`).
 
 Old specs (version 1.0) hold a point mass ``p_cap`` at the cap; ``ppf`` still honours it
 (new fits have ``p_cap = 0``).
@@ -50,6 +57,8 @@ TAIL_LIMIT = 2.0  # default tail_limit
 XI_BOUNDS = (-0.5, 1.5)
 MAX_EXTREMES = 257  # quantiles kept of the values above the trim point
 HEAVY_QUANTILE = 0.99  # GPD shapes a length distribution can plausibly have
+MAX_LEVELS = 2048  # quadrature levels of the distribution of a step's longest value
+MIN_QUIET_STEPS = 3  # fewer quiet steps than this: no tail-scale effect (one residual is no variance)
 
 
 # ----------------------------------------------------------------------------- Kaplan-Meier
@@ -172,6 +181,14 @@ class EmpiricalTailFit:
     extremes: list[float] = field(default_factory=list)
     cut_level: float = 1.0
     heavy_prob: float = 0.0
+    # heavy steps come in runs: the chain's persistence and the state of the last fitted step
+    # (:func:`heavy_chain`), for forecasting the steps after it
+    heavy_persistence: float = 0.0
+    heavy_last: bool = False
+    last_step: int | None = None
+    # sd of a step's log tail scale (:func:`tail_scale_sd`): the GPD excesses of one step are
+    # multiplied by exp(tail_sd * z_k), z_k ~ N(0, 1) per step
+    tail_sd: float = 0.0
 
     def __post_init__(self) -> None:
         # built once: ppf is called per generated step
@@ -185,16 +202,29 @@ class EmpiricalTailFit:
     def threshold(self) -> float:
         return float(self.knots[-1])
 
-    def latent_ppf(self, v: np.ndarray, heavy: np.ndarray | bool = False) -> np.ndarray:
+    def heavy_prob_at(self, step: int, forecast: bool = True) -> float:
+        """P(step ``step`` is heavy). Steps up to the last fitted one (or ``forecast=False``, an
+        export): the share of heavy steps. A step ``d`` steps after it: the two-state chain's
+        forecast from the last fitted step's state, ``p + (h_last - p) * persistence**d``, which
+        decays to the share ``p`` as the last state is forgotten."""
+        p = self.heavy_prob
+        if not forecast or p <= 0 or self.heavy_persistence <= 0 or self.last_step is None or step <= self.last_step:
+            return p
+        return p + (float(self.heavy_last) - p) * self.heavy_persistence ** (step - self.last_step)
+
+    def latent_ppf(self, v: np.ndarray, heavy: np.ndarray | bool = False,
+                   tail_scale: np.ndarray | float = 1.0) -> np.ndarray:
         """Quantiles of the latent (uncensored) length at levels ``v`` in [0, 1); where ``heavy``
-        (broadcast against ``v``), levels above ``cut_level`` are the recorded extremes."""
+        (broadcast against ``v``), levels above ``cut_level`` are the recorded extremes;
+        ``tail_scale`` (broadcast against ``v``) multiplies the GPD excesses (a step's tail scale)."""
         v = np.asarray(v, dtype=float)
         out = np.interp(v, self._levels, self._knots)
         if self.tail_prob > 0:
             tail = v > 1 - self.tail_prob
             if tail.any():
                 t = (v[tail] - (1 - self.tail_prob)) / self.tail_prob * self._top
-                out[tail] = self.threshold + gpd_ppf(np.clip(t, 0, 1 - 1e-12), self.xi, self.sigma)
+                scale = np.broadcast_to(np.asarray(tail_scale, dtype=float), v.shape)[tail]
+                out[tail] = self.threshold + gpd_ppf(np.clip(t, 0, 1 - 1e-12), self.xi, self.sigma) * scale
         if self._extremes.size and np.any(heavy):
             ext = np.broadcast_to(np.asarray(heavy, dtype=bool), v.shape) & (v > self.cut_level)
             if ext.any():
@@ -211,13 +241,15 @@ class EmpiricalTailFit:
         g = np.minimum(gpd_cdf(x - self.threshold, self.xi, self.sigma) / self._top, 1.0)
         return np.where(x > self.threshold, 1 - self.tail_prob + self.tail_prob * g, body)
 
-    def ppf(self, u: np.ndarray, factor: np.ndarray | float = 1.0, heavy: np.ndarray | bool = False) -> np.ndarray:
-        """Lengths at levels ``u``: the latent quantile times ``factor`` (a step's level), cut at
-        the cap; a spec-1.0 cap mass stays at the cap whatever the factor."""
+    def ppf(self, u: np.ndarray, factor: np.ndarray | float = 1.0, heavy: np.ndarray | bool = False,
+            tail_scale: np.ndarray | float = 1.0) -> np.ndarray:
+        """Lengths at levels ``u``: the latent quantile (its GPD excess times ``tail_scale``)
+        times ``factor`` (a step's level), cut at the cap; a spec-1.0 cap mass stays at the cap
+        whatever the factor."""
         u = np.asarray(u, dtype=float)
         cap = u >= 1 - self.p_cap
         v = np.clip(u / max(1 - self.p_cap, 1e-300), 0.0, 1.0)
-        out = self.latent_ppf(v, heavy) * factor
+        out = self.latent_ppf(v, heavy, tail_scale) * factor
         if self.p_cap > 0:
             out = np.where(cap, self.censor_at if self.censor_at is not None else self.upper, out)
         # with no cap known, never beyond the GPD's truncation point, whatever the step's level
@@ -240,6 +272,10 @@ class EmpiricalTailFit:
                 "extremes": self.extremes,
                 "cut_level": self.cut_level,
                 "heavy_prob": self.heavy_prob,
+                "heavy_persistence": self.heavy_persistence,
+                "heavy_last": self.heavy_last,
+                "last_step": self.last_step,
+                "tail_sd": self.tail_sd,
             }
         )
 
@@ -249,7 +285,9 @@ class EmpiricalTailFit:
         return cls([float(k) for k in d["knots"]], float(d["tail_prob"]), float(c), float(s), float(d["upper"]),
                    d.get("censor_at"), float(d.get("p_cap") or 0.0), int(d.get("n", 0)), int(d.get("n_censored", 0)),
                    bool(d.get("integer", True)), float(d.get("lower", 1.0)), [float(v) for v in d.get("extremes") or []],
-                   float(d.get("cut_level", 1.0)), float(d.get("heavy_prob") or 0.0))
+                   float(d.get("cut_level", 1.0)), float(d.get("heavy_prob") or 0.0),
+                   float(d.get("heavy_persistence") or 0.0), bool(d.get("heavy_last")),
+                   int(d["last_step"]) if d.get("last_step") is not None else None, float(d.get("tail_sd") or 0.0))
 
 
 def fit_empirical_tail(x: np.ndarray, censor_at: float | None, *, censored: np.ndarray | None = None, integer: bool = True,
@@ -304,20 +342,76 @@ def fit_empirical_tail(x: np.ndarray, censor_at: float | None, *, censored: np.n
                             p_cap, int(x.size), int(cens.sum()), integer, lower, extremes.tolist(), cut_level)
 
 
+def step_maxima(steps: np.ndarray, x: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct steps in order, samples per step, each step's longest value; +inf where one is
+    cut at the cap, so only "at least the cap" is known)."""
+    uniq, inv = np.unique(steps, return_inverse=True)
+    top = np.full(uniq.size, -np.inf)
+    np.maximum.at(top, inv, np.where(censored, np.inf, x))
+    return uniq, np.bincount(inv).astype(float), top
+
+
+def heavy_steps(m: EmpiricalTailFit, steps: np.ndarray, x: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct steps in order, whether each is heavy): a step is *heavy* when its longest
+    (latent) value lies beyond the 99% quantile of the longest of that many draws from ``m`` (a
+    response cut at the cap counts as beyond when the cap is). ``m`` is the *untrimmed* fit (its
+    GPD fitted to every exceedance, runaways included, so as heavy as the data make it)."""
+    uniq, n_k, top = step_maxima(steps, x, censored)
+    if m.tail_prob <= 0:
+        return uniq, np.zeros(uniq.size, bool)
+    f = m.latent_cdf(np.minimum(top, np.finfo(float).max))
+    return uniq, f**n_k > HEAVY_QUANTILE
+
+
 def heavy_step_share(m: EmpiricalTailFit, steps: np.ndarray, x: np.ndarray, censored: np.ndarray) -> float:
-    """The share of steps whose extremes no smooth tail explains. ``m`` is the *untrimmed* fit
-    (its GPD fitted to every exceedance, runaways included, so as heavy as the data make it): a
-    step is *heavy* when its longest (latent) value lies beyond the 99% quantile of the longest of
-    that many draws from ``m`` (a response cut at the cap counts as beyond when the cap is). With
+    """The share of steps whose extremes no smooth tail explains (:func:`heavy_steps`). With
     ``h`` heavy steps of ``n``: ``(h + 1/2) / (n + 1)``, the posterior mean under Jeffreys' prior
     -- on a run with no heavy step the recorded extremes are ordinary values, so a heavy step
     changes little."""
     if m.tail_prob <= 0:
         return 0.0
-    uniq, inv = np.unique(steps, return_inverse=True)
-    n_k = np.bincount(inv).astype(float)
-    top = np.full(uniq.size, -np.inf)
-    np.maximum.at(top, inv, np.where(censored, np.inf, x))
-    f = m.latent_cdf(np.minimum(top, np.finfo(float).max))
-    heavy = f ** n_k > HEAVY_QUANTILE
+    uniq, heavy = heavy_steps(m, steps, x, censored)
     return float((heavy.sum() + 0.5) / (uniq.size + 1))
+
+
+def heavy_chain(heavy: np.ndarray) -> float:
+    """The persistence of heavy steps, ``P(heavy | heavy before) - P(heavy | quiet before)``, from
+    the transitions between consecutive fitted steps (each row's probability the posterior mean
+    under Jeffreys' prior, ``(count + 1/2) / (transitions + 1)``); 0 when heavy steps do not
+    cluster. Why: runaway responses come in runs (a policy stuck in a repetition loop stays stuck
+    for a few steps: verl-video's steps 16-21), so whether the last fitted step was heavy says
+    something about the next one that the share of heavy steps alone does not."""
+    h = np.asarray(heavy, dtype=bool)
+    prev, nxt = h[:-1], h[1:]
+    p_hh = (float(np.sum(prev & nxt)) + 0.5) / (float(prev.sum()) + 1.0)
+    p_qh = (float(np.sum(~prev & nxt)) + 0.5) / (float((~prev).sum()) + 1.0)
+    return max(0.0, p_hh - p_qh)
+
+
+def iid_log_excess_var(m: EmpiricalTailFit, n: float) -> float:
+    """Variance of ``log(longest - threshold)`` over the steps of ``n`` i.i.d. draws from ``m``'s
+    smooth model: the longest of ``n`` sits at level ``w ** (1/n)``, ``w`` uniform (midpoint rule,
+    ``MAX_LEVELS`` levels; an excess below 1 counts as 1)."""
+    w = (np.arange(MAX_LEVELS) + 0.5) / MAX_LEVELS
+    e = np.log(np.maximum(m.latent_ppf(w ** (1.0 / n)) - m.threshold, 1.0))
+    return float(np.var(e))
+
+
+def tail_scale_sd(m: EmpiricalTailFit, n_k: np.ndarray, top: np.ndarray, quiet: np.ndarray) -> float:
+    """The sd of a per-step random effect on the tail scale, by the method of moments.
+
+    Why: the longest response of a quiet step varies from step to step more than the longest of
+    i.i.d. draws from one tail does (verl-video: 324 to 962 tokens where one tail gives ~330-480),
+    so an ensemble of i.i.d. steps is too sure of it. If step ``k``'s GPD excesses are scaled by
+    ``exp(zeta_k)``, ``zeta_k ~ N(0, tau^2)``, then ``log(longest_k - threshold) = zeta_k + log(an
+    i.i.d. step's longest excess)``: the two variances add, and
+    ``tau^2 = max(0, var over quiet steps - mean i.i.d. variance)`` (:func:`iid_log_excess_var`
+    at each step's sample count). Only the ``quiet`` steps (not heavy, :func:`heavy_steps`) count:
+    a heavy step's runaway is the heavy-step chain's business, not the tail scale's."""
+    keep = np.asarray(quiet, dtype=bool) & np.isfinite(top)
+    if m.tail_prob <= 0 or keep.sum() < MIN_QUIET_STEPS:
+        return 0.0
+    e = np.log(np.maximum(top[keep] - m.threshold, 1.0))
+    v_iid = {n: iid_log_excess_var(m, n) for n in np.unique(n_k[keep])}
+    excess = float(np.var(e, ddof=1)) - float(np.mean([v_iid[n] for n in n_k[keep]]))
+    return math.sqrt(max(0.0, excess))

@@ -32,7 +32,16 @@ import polars as pl
 from analyses.fit.continuous import ContinuousFit, fit_continuous, infer_cap, json_safe
 from analyses.fit.discrete import CategoricalFit, DiscreteFit, fit_categorical, fit_discrete, is_categorical
 from analyses.fit.drift import DriftModel, fit_drift
-from analyses.fit.empirical import TRIM, EmpiricalTailFit, fit_empirical_tail, heavy_step_share
+from analyses.fit.empirical import (
+    TRIM,
+    EmpiricalTailFit,
+    fit_empirical_tail,
+    heavy_chain,
+    heavy_step_share,
+    heavy_steps,
+    step_maxima,
+    tail_scale_sd,
+)
 from analyses.fit.joint import GaussianMixture, GroupCopula, fit_gmm_bic, fit_group_copula
 from analyses.fit.tails import BodyTailFit
 from analyses.run_facts import PARTIAL_STEP_SHARE
@@ -138,15 +147,16 @@ def fit_values(x: np.ndarray, *, cap: float | None = None, integer: bool = True,
 
 
 def fit_response(steps: np.ndarray, groups: np.ndarray, resp: np.ndarray, cap: float | None, *,
-                 window: str = "all", trim: float = TRIM, heavy: bool = True, for_export: bool = False,
-                 seed: int = 0) -> tuple[dict[str, Any], DriftModel, dict[int, float]]:
+                 window: str = "all", trim: float = TRIM, heavy: bool = True, step_tails: bool = True,
+                 for_export: bool = False, seed: int = 0) -> tuple[dict[str, Any], DriftModel, dict[int, float]]:
     """The response-length variable, its level model and each step's latent log offset.
 
     The marginal is fitted to lengths divided by their step's offset (the step's level relative
     to the model's reference): a cut response says "at least cap / offset" there.
     ``window="recent"``: the later half of the steps only (for workloads whose shape moves).
     Multi-turn responses are composed from turns by the sampler: their marginal is a record, and
-    the level scales the turn completions and tool results.
+    the level scales the turn completions and tool results (``step_tails=False``: no step-to-step
+    tail model, :func:`fit_step_tails`).
     """
     uniq = sorted(int(v) for v in np.unique(steps))
     keep = np.isin(steps, recent_window(uniq)) if window == "recent" else np.ones(steps.size, bool)
@@ -155,13 +165,26 @@ def fit_response(steps: np.ndarray, groups: np.ndarray, resp: np.ndarray, cap: f
     off = np.exp(np.array([offsets.get(int(k), 0.0) for k in st])) if offsets else np.ones(r.size)
     cens = r >= cap if cap is not None else np.zeros(r.size, bool)
     m = fit_empirical_tail(r / off, cap, censored=cens, trim=trim)
-    if heavy and trim > 0 and m.extremes:
-        untrimmed = fit_empirical_tail(r / off, cap, censored=cens, trim=0.0)
-        m.heavy_prob = heavy_step_share(untrimmed, st, r / off, cens)
+    if step_tails and trim > 0 and m.extremes:
+        fit_step_tails(m, st, r / off, cens, heavy)
     d = m.to_dict()
     if for_export:
         d["scipy_fallback"] = _fallback(r, cap, seed, True)
     return d, drift, offsets
+
+
+def fit_step_tails(m: EmpiricalTailFit, steps: np.ndarray, x: np.ndarray, censored: np.ndarray, heavy: bool) -> None:
+    """How the tail of ``m`` (fitted to the de-levelled lengths ``x``) differs from step to step,
+    set on ``m``: the quiet steps' tail-scale effect (:func:`~analyses.fit.empirical.tail_scale_sd`),
+    and with ``heavy`` the heavy steps (their share and persistence,
+    :func:`~analyses.fit.empirical.heavy_chain`). Heavy steps are told by the *untrimmed* fit."""
+    untrimmed = fit_empirical_tail(x, m.censor_at, censored=censored, trim=0.0)
+    ks, flags = heavy_steps(untrimmed, steps, x, censored)
+    _, n_k, top = step_maxima(steps, x, censored)
+    m.tail_sd = tail_scale_sd(m, n_k, top, ~flags)
+    if heavy:
+        m.heavy_prob = heavy_step_share(untrimmed, steps, x, censored)
+        m.heavy_persistence, m.heavy_last, m.last_step = heavy_chain(flags), bool(flags[-1]), int(ks[-1])
 
 
 def fit_workload(
@@ -209,7 +232,7 @@ def fit_workload(
     prompt_first = first["prompt_tokens"].cast(pl.Float64).fill_null(0).to_numpy()
     variables["prompt_tokens"] = fit_values(prompt_first, tail=False, for_export=for_export, seed=seed)
 
-    rvar, drift, offsets = fit_response(steps, groups, resp, cap, window=window, trim=trim, heavy=heavy and not multi,
+    rvar, drift, offsets = fit_response(steps, groups, resp, cap, window=window, trim=trim, heavy=heavy, step_tails=not multi,
                                         for_export=for_export, seed=seed)
     rvar["censor_at"] = cap
     variables["response_tokens"] = rvar

@@ -37,6 +37,7 @@ TARGETS: tuple[Target, ...] = (
     Target("v2_small_file_ms", "PolyTrace v2 multi-turn JSONL: one real-size (~10 KB) step file", 5, False, "ms"),
     Target("catalog_open_s", "catalog connect() + one count with many part files", 0.5, False, "s"),
     Target("views_vs_sql", "views at scale / the same aggregate by hand on read_parquet", 2, False, "x"),
+    Target("report_at_scale_s", "polytrace report over the views' warehouse", 60, False, "s"),
     Target("fit_10m_s", "fit 10 M samples per variable, every candidate (slowest variable)", 30, False, "s"),
     Target("fidelity_units", "polytrace fidelity --all over the real runs", 300, False, "units"),
 )

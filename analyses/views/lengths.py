@@ -48,15 +48,19 @@ GROUP BY run_id, task, step, prompt_key
 LENGTH_QUANTILES = View(
     "length_quantiles",
     f"""
-SELECT q.*, {ratio("max", "mean")} AS max_over_mean, {ratio("p99", "p50")} AS p99_over_p50, p.n_partial
-FROM (
-    SELECT run_id, task, kind, count(*) AS n, avg(tokens) AS mean, min(tokens) AS min,
-           {disc_quantiles("tokens")}, max(tokens) AS max,
-           avg(CAST(truncated AS DOUBLE)) AS truncation_share
-    FROM sample_lengths WHERE NOT partial_step GROUP BY run_id, task, kind
-) q LEFT JOIN (
-    SELECT run_id, task, kind, count(*) AS n_partial FROM sample_lengths WHERE partial_step GROUP BY ALL
-) p USING (run_id, task, kind)
+WITH q AS (
+    -- one pass over sample_lengths (a view: each reference would scan samples again): rows of
+    -- partial steps count only in n_partial, the statistics see full_tokens
+    SELECT run_id, task, kind, count(full_tokens) AS n, avg(full_tokens) AS mean, min(full_tokens) AS min,
+           {disc_quantiles("full_tokens")}, max(full_tokens) AS max,
+           avg(CASE WHEN NOT partial_step THEN CAST(truncated AS DOUBLE) END) AS truncation_share,
+           NULLIF(count(*) FILTER (WHERE partial_step), 0) AS n_partial
+    FROM (SELECT *, CASE WHEN NOT partial_step THEN tokens END AS full_tokens FROM sample_lengths)
+    GROUP BY run_id, task, kind
+    HAVING count(full_tokens) > 0
+)
+SELECT q.* EXCLUDE (n_partial), {ratio("max", "mean")} AS max_over_mean, {ratio("p99", "p50")} AS p99_over_p50, n_partial
+FROM q
 """,
     "Per run x task x kind (prompt|response), over the full steps: n, mean, min, p50, p90, p99, p999, max, "
     "max_over_mean, p99_over_p50, truncation_share (share of rows with truncated, NULL when unknown), n_partial "

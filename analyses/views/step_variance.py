@@ -26,9 +26,8 @@ STEP_SERIES = View(
     "step_series",
     f"""
 WITH long AS ({_long}),
-bounds AS (
-    SELECT run_id, first_step AS b FROM health_alerts WHERE regime_change
-    UNION SELECT run_id, last_step + 1 FROM health_alerts WHERE regime_change
+changes AS MATERIALIZED (SELECT run_id, first_step, last_step FROM health_alerts WHERE regime_change),
+bounds AS (SELECT run_id, first_step AS b FROM changes UNION SELECT run_id, last_step + 1 FROM changes
 ), tagged AS (
     SELECT l.*, (SELECT count(*) FROM bounds x WHERE x.run_id = l.run_id AND x.b <= l.step) AS regime FROM long l
 ), fences AS (

@@ -159,14 +159,16 @@ _long = "\nUNION ALL\n".join(
     f"SELECT run_id, step, '{r.kind}' AS kind, '{r.column}' AS metric, '{r.test}' AS test, "
     f"CAST({r.threshold} AS DOUBLE) AS threshold, {r.sustain} AS sustain, {r.regime_change} AS regime_change, "
     f"CAST({r.column} AS DOUBLE) AS value "
-    f"FROM training_health WHERE {r.column} IS NOT NULL AND isfinite({r.column}) AND NOT partial"
+    f"FROM th WHERE {r.column} IS NOT NULL AND isfinite({r.column})"
     for r in ALERT_RULES
 )
 
 HEALTH_ALERTS = View(
     "health_alerts",
     f"""
-WITH long AS ({_long}
+WITH th AS MATERIALIZED (SELECT * FROM training_health WHERE NOT partial),
+-- materialized: every rule reads it, and inlined it would pivot step_metrics once per rule
+long AS ({_long}
 ), lvl AS (
     SELECT *, CASE WHEN count(*) OVER w = {LEVEL_WINDOW} THEN median(value) OVER w END AS level
     FROM long

@@ -29,6 +29,9 @@ from analyses.views import View, ViewGroup, headline_frame, view_frame, view_gro
 WorkEvents = Callable[[str, dict[str, Any]], None]
 
 DEFAULT_NAME = "polytrace_report.html"
+# a report over more runs than this exports PNGs of the cross-run figures only (per-run ones with
+# --all-png): 100 runs would otherwise write hundreds of pictures nobody asked for, minutes of Chromium
+PNG_MAX_RUNS = 8
 
 
 @dataclass
@@ -134,13 +137,20 @@ def find_browser() -> str | None:
 _server_started = False
 
 
+def _tabs() -> int:
+    """Chromium tabs rendering at once: one per core (each tab is a renderer process), at most 4."""
+    import os
+
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 def _keep_browser(kaleido) -> None:  # noqa: ANN001 - the kaleido module
     """Start kaleido's process-wide browser once, so later calls skip Chromium's start-up."""
     global _server_started
     if not _server_started:
         import atexit
 
-        kaleido.start_sync_server(silence_warnings=True)
+        kaleido.start_sync_server(n=_tabs(), silence_warnings=True)
         atexit.register(kaleido.stop_sync_server, silence_warnings=True)
         _server_started = True
 
@@ -173,7 +183,7 @@ def write_pngs(
     try:
         if keep_browser:
             _keep_browser(kaleido)
-        kaleido.write_fig_from_object_sync(jobs)
+        kaleido.write_fig_from_object_sync(jobs, kopts={"n": min(_tabs(), len(jobs))})
     except Exception as exc:  # kaleido/browser failures must not cost the HTML report
         return {}, f"PNG export failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
     done = {k: p for k, p in paths.items() if p.exists() and p.stat().st_size > 0}
@@ -252,6 +262,20 @@ def render_html(sections: list[Section], runs: list[str], warehouse: str, png_no
 """
 
 
+def png_specs(figs: list[FigureSpec], runs: list[str], all_pngs: bool = False) -> tuple[list[FigureSpec], int]:
+    """The figures to export as PNG and how many key figures were left out: every figure with
+    ``all_pngs``; else the key figures, per-run ones (key ``group__figure__<run>``) only when at
+    most :data:`PNG_MAX_RUNS` runs are chosen."""
+    if all_pngs:
+        return figs, 0
+    keys = [f for f in figs if f.key_figure]
+    if len(runs) <= PNG_MAX_RUNS:
+        return keys, 0
+    suffixes = tuple(f"__{F.safe_key(r)}" for r in runs)
+    kept = [f for f in keys if not f.key.endswith(suffixes)]
+    return kept, len(keys) - len(kept)
+
+
 def build_report(
     con: duckdb.DuckDBPyConnection,
     out: Path,
@@ -277,9 +301,12 @@ def build_report(
     pngs: dict[str, Path] = {}
     note: str | None = "PNG export not requested"
     if png:
-        specs = [f for s in sections for f in s.figures if all_pngs or f.key_figure]
+        specs, skipped = png_specs([f for s in sections for f in s.figures], chosen, all_pngs)
         emit("run_start", {"run_id": f"{len(specs)} PNGs", "origins": 0})
         pngs, note = write_pngs(specs, png_dir if png_dir is not None else out.with_name(out.stem + "_png"))
+        if skipped and note is None:
+            note = (f"PNGs of the cross-run figures only: {skipped} per-run figures of {len(chosen)} runs "
+                    f"(more than {PNG_MAX_RUNS}) are in the HTML; --all-png exports them too")
         emit("run_done", {"run_id": "PNGs"})
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(render_html(sections, chosen, source, note), encoding="utf-8")

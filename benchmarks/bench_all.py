@@ -299,7 +299,9 @@ VIEW_SOURCES = {
     "pai": REAL_LOGS / "alibaba_pai_minibatch/job_1_norm.csv",
     "qwen": REAL_LOGS / "verl/Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567.log",
 }
-ROWS_PER_RUN = 500_000
+ROWS_PER_RUN = 1_000_000
+# a long real run has a few thousand steps: copies stop there (per-step figures draw every step)
+MAX_STEPS_PER_RUN = 2_000
 
 
 def _replicated(frame, reps: int, span: int):  # noqa: ANN001, ANN202 (polars is imported lazily)
@@ -318,8 +320,8 @@ def _replicated(frame, reps: int, span: int):  # noqa: ANN001, ANN202 (polars is
 
 def build_views_warehouse(root: Path, rows: int) -> int:
     """Runs of the :data:`VIEW_SOURCES` (each ingested once, then copied under new run ids, its
-    tables replicated with shifted steps to ~:data:`ROWS_PER_RUN` rows) until the warehouse holds
-    ``rows`` sample rows."""
+    tables replicated with shifted steps to ~:data:`ROWS_PER_RUN` rows or
+    :data:`MAX_STEPS_PER_RUN` steps) until the warehouse holds ``rows`` sample rows."""
     import polars as pl
 
     from analyses.ingest import ingest_run
@@ -337,7 +339,7 @@ def build_views_warehouse(root: Path, rows: int) -> int:
         tables = {t: scan_table(base, t, [rid]).collect().drop("run_id", strict=False) for t in TABLES}
         biggest = max(f.height for f in tables.values())
         span = int(max((f["step"].max() or 0) for f in tables.values() if "step" in f.columns and f.height)) + 1
-        reps = max(1, ROWS_PER_RUN // max(1, biggest))
+        reps = max(1, min(ROWS_PER_RUN // max(1, biggest), MAX_STEPS_PER_RUN // span))
         copies[rid] = {t: (f if t in ("runs", "source_files") else _replicated(f, reps, span))
                        for t, f in tables.items() if f.height}
     n = i = 0

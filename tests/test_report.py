@@ -77,6 +77,18 @@ def test_png_export_or_clear_note(tmp_path: Path) -> None:
     assert note is None and done["one"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_many_runs_export_pngs_of_cross_run_figures_only() -> None:
+    fig = go.Figure(go.Bar(y=[1]))
+    runs = [f"run-{i}" for i in range(R.PNG_MAX_RUNS + 1)]
+    figs = [R.FigureSpec("lengths__cdf_response", fig, True), R.FigureSpec("lengths__cdf_prompt", fig),
+            *(R.FigureSpec(f"lengths__drift__{r}", fig, True) for r in runs)]
+    kept, skipped = R.png_specs(figs, runs)
+    assert [f.key for f in kept] == ["lengths__cdf_response"] and skipped == len(runs)
+    kept, skipped = R.png_specs(figs, runs[:R.PNG_MAX_RUNS])
+    assert kept == [f for f in figs if f.key_figure] and skipped == 0  # few runs: every key figure
+    assert R.png_specs(figs, runs, all_pngs=True) == (figs, 0)
+
+
 def test_png_note_without_browser(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(R, "find_browser", lambda: None)
     done, note = R.write_pngs([R.FigureSpec("one", go.Figure(go.Bar(y=[1])), True)], tmp_path)

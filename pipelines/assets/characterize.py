@@ -26,7 +26,7 @@ from dagster import (
 
 from analyses.api import REPORT_NAME
 from analyses.markdown import markdown_table
-from analyses.report import write_pngs
+from analyses.report import png_specs, write_pngs
 from analyses.views import ViewGroup, view_groups
 from pipelines.resources import WarehouseResource
 
@@ -72,7 +72,7 @@ def _group_asset(group: ViewGroup) -> AssetsDefinition:
             "views": MetadataValue.md(_views_md(group)),
             "report_section": MetadataValue.url(f"{(pt.layout.reports / REPORT_NAME).resolve().as_uri()}#{group.name}"),
         }
-        key_figs = [f for f in section.figures if f.key_figure]
+        key_figs, _per_run_left_out = png_specs(section.figures, runs)
         if os.environ.get(ENV_PNG, "1").strip().lower() in ("0", "false", "no"):
             pngs, note = {}, f"PNG export disabled (${ENV_PNG}=0)"
         else:

@@ -94,6 +94,24 @@ def test_length_cdf_every_value_and_tail(wh: Path) -> None:
     assert b == [{"n": 1000, "tail": 10}]  # one row per distinct value; 991..1000 are above p99 = 990
 
 
+def test_length_cdf_tail_cut_is_length_quantiles_p99(tmp_path: Path) -> None:
+    # length_cdf finds p99 from its value counts (the ceil(n q)-th smallest) instead of reading
+    # length_quantiles: on group sizes where n * 0.99 is and is not whole, ties included, both agree
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    root = tmp_path / "wh"
+    for i, n in enumerate([1, 2, 99, 100, 101, 1000, 1234]):
+        lengths = rng.integers(1, 1 + int(rng.integers(3, 400)), n).tolist()
+        stage_run(root, f"r{i}", {"samples": {"step": [1] * n, "sample_id": [f"s{j}" for j in range(n)],
+                                              "response_tokens": lengths}})
+    con = open_wh(root)
+    wrong = rows(con, """SELECT c.run_id, c.value FROM length_cdf c JOIN length_quantiles q USING (run_id, task, kind)
+                         WHERE c.in_tail IS DISTINCT FROM (c.value > q.p99)""")
+    assert wrong == []
+    assert rows(con, "SELECT count(DISTINCT run_id) AS n FROM length_cdf WHERE kind = 'response'") == [{"n": 7}]
+
+
 def test_length_drift_shift_and_slope(wh: Path) -> None:
     d = view_frame(open_wh(wh), "length_drift", runs=["c"]).sort("step")
     assert d["p50"].to_list() == [100] * 4 + [200] * 4

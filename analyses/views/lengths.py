@@ -72,15 +72,17 @@ LENGTH_CDF = View(
     """
 WITH c AS (
     SELECT run_id, task, kind, tokens AS value, count(*) AS n FROM sample_lengths WHERE NOT partial_step GROUP BY ALL
+), w AS (
+    SELECT c.*, sum(n) OVER w AS cum, sum(n) OVER (PARTITION BY run_id, task, kind) AS total FROM c
+    WINDOW w AS (PARTITION BY run_id, task, kind ORDER BY value ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+), q AS (
+    -- length_quantiles.p99 from the counts, without a second pass over sample_lengths:
+    -- quantile_disc(x, q) is the ceil(n q)-th smallest value
+    SELECT run_id, task, kind, min(value) FILTER (WHERE cum >= ceil(total * 0.99)) AS p99 FROM w GROUP BY ALL
 )
-SELECT c.run_id, c.task, c.kind, c.value, c.n,
-       sum(c.n) OVER w / sum(c.n) OVER (PARTITION BY c.run_id, c.task, c.kind) AS cdf,
-       1 - sum(c.n) OVER w / sum(c.n) OVER (PARTITION BY c.run_id, c.task, c.kind) AS ccdf,
-       1 - (sum(c.n) OVER w - c.n) / sum(c.n) OVER (PARTITION BY c.run_id, c.task, c.kind) AS share_ge,
-       c.value > q.p99 AS in_tail
-FROM c JOIN length_quantiles q USING (run_id, task, kind)
-WINDOW w AS (PARTITION BY c.run_id, c.task, c.kind ORDER BY c.value
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+SELECT w.run_id, w.task, w.kind, w.value, w.n, w.cum / w.total AS cdf, 1 - w.cum / w.total AS ccdf,
+       1 - (w.cum - w.n) / w.total AS share_ge, w.value > q.p99 AS in_tail
+FROM w JOIN q USING (run_id, task, kind)
 """,
     "The exact empirical CDF over the full steps: one row per run x task x kind x distinct value, with n at that value, "
     "cdf = share <= value, ccdf = 1 - cdf = share > value, share_ge = share >= value (the survival function "

@@ -7,6 +7,13 @@ must instead be rejected with the reason it is bad. So lines are read with Polar
 whose JSON functions check each line's validity and each field's JSON type exactly
 (``json_valid``/``json_type``) before extracting typed values. Everything stays columnar: no
 Python loop over lines.
+
+That validating path parses each line four times. Most files have no bad line, so each batch is
+first tried on a *fast path* (:func:`fast_decode_frame`): one typed ``json_transform`` per line,
+after cheap whole-batch guards that prove no line could be rejected for its JSON types (see
+:func:`conformance_pattern`), and whole-batch checks of the decoded values (required fields,
+signs, list lengths). A batch that passes gives exactly what the validating path would give; any
+doubt (one bad line, a parse error) sends the whole batch down the validating path instead.
 """
 
 from __future__ import annotations
@@ -18,12 +25,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import polars as pl
 
 from analyses.readers import limits
 from analyses.readers.base import Chunk, rejects_frame
 from analyses.readers.flat_metrics import drop_thread_connection, thread_connection
-from analyses.readers.json_scan import max_depth, split_too_deep
+from analyses.readers.json_scan import FLATTEN_BUDGET_BYTES, max_depth, split_too_deep
 from analyses.readers.lines import iter_line_batches
 
 # One batch of lines is decoded at a time; checks that must see the whole file (duplicates, the
@@ -199,11 +207,225 @@ class Decoded:
                      rows_rejected=self.rejects.height, rows_skipped=self.skipped)
 
 
-def decode_frame(lines: pl.DataFrame, fields: Sequence[Field], sql: str | None = None) -> Decoded:
-    """Check and decode a frame of (line_no, line). Blank lines are skipped (documented rule)."""
+# ---------------------------------------------------------------------------- fast path
+
+# After a key of each kind, the start of a value the validating path would reject for its JSON
+# type (null is allowed: it reads as missing). DuckDB's parser also takes NaN, nan, inf,
+# Infinity, -Infinity as numbers: those are refused here too (the validating path decides).
+_BAD_VALUE = {
+    "int": r"(?:[^-0-9n\s]|-[^0-9]|-?[0-9]+[.eE]|n[^u])",  # a fraction or an exponent: not an integer
+    "num": r"(?:[^-0-9n\s]|-[^0-9]|n[^u])",
+    "str": r'(?:[^"n\s]|n[^u])',
+    "bool": r"(?:[^tfn\s]|n[^u])",
+    # a list whose elements, up to its closing bracket, are not all plain integers
+    "int_list": r"(?:[^\[n\s]|n[^u]|\[[-0-9,\s]*[^-0-9,\s\]])",
+    "obj_list": r"(?:[^\[n\s]|n[^u])",
+}
+
+
+def conformance_pattern(fields: Sequence[Field]) -> str:
+    """A regex that matches any line that might hold a value of the wrong JSON type for one of
+    ``fields`` (or of their ``obj_list`` elements' ``sub`` fields).
+
+    A key is matched as its literal text wherever it appears, so a same-named key elsewhere in a
+    record only sends the batch down the validating path. Its spelling is literal unless the
+    line holds a ``\\u`` escape (the keys are ``[A-Za-z0-9_]+``, see :class:`Field`): such lines
+    match too.
+    """
+    by_kind: dict[str, set[str]] = {}
+    for f in fields:
+        by_kind.setdefault(f.kind, set()).add(f.key)
+        for sub in f.sub:
+            by_kind.setdefault(sub.kind, set()).add(sub.key)
+    alts = [r"\\u"]
+    for kind, keys in sorted(by_kind.items()):
+        alts.append('"(?:' + "|".join(sorted(keys)) + r')"\s*:\s*' + _BAD_VALUE[kind])
+    # A key given twice: the typed read takes the first value, the validating path's types merge
+    # both (so it rejects an optional integer given as null and then as a number, as out of
+    # range): an optional integer given as null matches. (A list of objects given twice is
+    # counted apart, see _fast_plan.)
+    opt_ints = sorted(f.key for f in fields if f.kind == "int" and not f.required)
+    if opt_ints:
+        alts.append('"(?:' + "|".join(opt_ints) + r')"\s*:\s*null')
+    return "|".join(alts)
+
+
+# a JSON number of 19 digits or more before any fraction (a run after "." is a fraction's): an
+# integer from 2**63 on, which BIGINT does not hold (the validating path rejects it as out of
+# range or, from 2**64 on, as a DOUBLE; the typed read gives null)
+HUGE_INT = r"[:\[,\s]-?[0-9]{19}"
+
+
+@dataclass(frozen=True)
+class _FastPlan:
+    spec: str  # json_transform target (the validating path's _v)
+    line_checks: tuple[pl.Expr, ...]  # over src(line): all true = every line conforms textually
+    # over the decoded fields: all true = no line is rejected; then _huge: an optional integer
+    # is null somewhere, which it may be for being absent or for not fitting BIGINT (HUGE_INT
+    # tells them apart)
+    value_checks: tuple[pl.Expr, ...]
+    complexity_ok: pl.Expr  # over src: no line over json_scan.too_complex's cheap bounds
+
+
+@functools.lru_cache(maxsize=64)
+def _fast_plan(fields: tuple[Field, ...], lim: limits.Limits) -> _FastPlan | None:
+    """What the fast path checks for ``fields`` under ``lim``; None when it cannot prove a batch
+    good (no required field: a line that is no object would pass unseen; an ``obj_list``
+    without required sub-fields: an element that is no object would pass unseen)."""
+    if not any(f.required for f in fields):
+        return None
+    if any(f.kind == "obj_list" and not any(s.required for s in f.sub) for f in fields):
+        return None
+    if any(f.key in ("line_no", "line") for f in fields):  # they sit beside the decoded fields
+        return None
+    line = pl.col("line")
+    opens = line.str.count_matches(r"[\[{]")
+    commas = line.str.count_matches(",", literal=True).cast(pl.Int64)
+    size = line.str.len_bytes().cast(pl.Int64)
+    line_checks = (
+        line.str.starts_with("{").all(),  # a valid JSON text starting with { is one object
+        ~line.str.contains(conformance_pattern(fields)).any(),
+        opens.max().fill_null(0) <= lim.max_json_depth,  # so no line nests deeper
+        # a list of objects given twice: the typed read takes the first, the validating path
+        # merges the types of both ({"turns": [{...}], "turns": [1]} is rejected)
+        *(line.str.count_matches(f'"{f.key}"' + r"\s*:").max().fill_null(0) <= 1
+          for f in fields if f.kind == "obj_list"),
+    )
+    complexity_ok = ~((commas >= lim.max_json_values) | ((commas + 1) * size > FLATTEN_BUDGET_BYTES)).any()
+    checks: list[pl.Expr] = []
+    optional_ints: list[pl.Expr] = []
+    for f in fields:
+        c = pl.col(f.key)
+        if f.required:
+            checks.append(c.null_count() == 0)
+        elif f.kind == "int":
+            optional_ints.append(c.null_count() > 0)
+        if f.kind in ("int", "num"):
+            if f.nonneg:
+                checks.append(~(c < 0).any())
+            continue
+        if f.kind not in ("int_list", "obj_list"):
+            continue
+        checks.append(c.list.len().max().fill_null(0) <= lim.max_list_items)
+        items = c.explode(empty_as_null=False, keep_nulls=False)
+        if f.kind == "int_list":
+            checks.append(items.null_count() == 0)
+            if f.nonneg:
+                checks.append(~(items < 0).any())
+            continue
+        for sub in f.sub:
+            v = items.struct.field(sub.key)
+            if sub.required:  # also catches an element that is null or no object
+                checks.append(v.null_count() == 0)
+            elif sub.kind == "int":
+                optional_ints.append(v.null_count() > 0)
+            if sub.nonneg:
+                checks.append(~(v < 0).any())
+    maybe_huge = pl.any_horizontal(optional_ints) if optional_ints else pl.lit(False)
+    return _FastPlan(
+        _value_spec(fields),
+        tuple(e.alias(f"_l{i}") for i, e in enumerate(line_checks)),
+        (*(e.alias(f"_v{i}") for i, e in enumerate(checks)), maybe_huge.alias("_huge")),
+        complexity_ok,
+    )
+
+
+_NO_REJECTS = rejects_frame([], [], [])
+
+
+def fast_decode_frame(src: pl.DataFrame, fields: Sequence[Field], lines: int, skipped: int) -> Decoded | None:
+    """Decode non-blank lines ``src`` (``line_no, line``) with one typed ``json_transform`` each,
+    when the batch provably holds no line the validating path would reject; else None.
+
+    Proof: every line starts with ``{`` and parses (a parse error fails the query: None), so it
+    is one object; no key of ``fields`` is followed by a value of the wrong JSON type
+    (:func:`conformance_pattern`); no line is over the nesting and size bounds the validating
+    path rejects (``json_too_deep``/``json_too_large``); required values are present (null:
+    missing, or an integer too large), signed values are not negative, lists are within
+    ``max_list_items`` and hold no nulls; an optional integer that is null is no huge integer
+    (:data:`HUGE_INT`). Then every line is good, and its values are the validating path's (the
+    same transform).
+    """
+    lim = limits.current()
+    plan = _fast_plan(tuple(fields), lim)
+    if plan is None or src.height == 0:
+        return None
+    # a line of n bytes has fewer than n values, and values x bytes < n * n: count the values
+    # (json_scan.too_complex's bounds) only past that
+    longest = src.get_column("line").str.len_bytes().max() or 0
+    if (longest >= lim.max_json_values or longest * longest > FLATTEN_BUDGET_BYTES) and not (
+        src.lazy().select(plan.complexity_ok).collect().item()
+    ):
+        return None
+    # lazy on a large batch: the regex runs over morsels of it on every thread
+    big = src.height > _PARAM_LINES
+    line_ok = (src.lazy().select(plan.line_checks).collect() if big else src.select(plan.line_checks)).row(0)
+    if not all(v is True for v in line_ok):
+        return None
+    values = _transform(src, plan.spec)
+    if values is None or values.height != src.height:
+        return None
+    *values_ok, maybe_huge = values.select(plan.value_checks).row(0)
+    if not all(v is True for v in values_ok):
+        return None
+    if maybe_huge and src.get_column("line").str.contains(HUGE_INT).any():
+        return None
+    both = pl.concat([src, values], how="horizontal")
+    return Decoded(
+        ok=both.rename({f.key: f.col for f in fields if f.col != f.key}),
+        rejects=_NO_REJECTS.clone(),
+        lines=lines,
+        skipped=skipped,
+    )
+
+
+# up to this many lines go to DuckDB as a parameter (no frame to register: ~1 ms less per
+# small step file); more, as a registered frame (no copy into Python strings)
+_PARAM_LINES = 64
+
+
+def _transform(src: pl.DataFrame, spec: str) -> pl.DataFrame | None:
+    """``json_transform(line, spec)`` of each line of ``src``, unnested, in order; None when a
+    line does not parse (the validating path says which)."""
+    con = thread_connection()
+    try:
+        if src.height <= _PARAM_LINES:
+            # unnest of one list keeps its order
+            sql = f"SELECT json_transform(line, '{spec}') AS _v FROM (SELECT unnest(?::VARCHAR[]) AS line)"
+            out = con.sql(sql, params=[src.get_column("line").to_list()]).to_arrow_table()
+        else:
+            con.register("src", src)
+            out = con.sql(f"SELECT json_transform(line, '{spec}') AS _v FROM src").to_arrow_table()
+            con.unregister("src")
+    except duckdb.Error:
+        drop_thread_connection()
+        return None
+    except BaseException:
+        drop_thread_connection()
+        raise
+    df = pl.from_arrow(out)
+    assert isinstance(df, pl.DataFrame)
+    return df.unnest("_v")
+
+
+def _nonblank(lines: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The lines that are not blank (``line_no`` Int64, a leading byte-order mark removed), and
+    how many were blank (skipped: the documented rule)."""
     blank = lines["line"].str.strip_chars().str.len_bytes() == 0
     # a UTF-8 byte-order mark (Windows editors) would make the first record invalid JSON
     src = lines.filter(~blank).select(pl.col("line_no").cast(pl.Int64), pl.col("line").str.strip_prefix("\ufeff"))
+    return src, int(blank.sum())
+
+
+def decode_frame(lines: pl.DataFrame, fields: Sequence[Field], sql: str | None = None, fast: bool = True) -> Decoded:
+    """Check and decode a frame of (line_no, line). Blank lines are skipped (documented rule).
+
+    ``fast``: try :func:`fast_decode_frame` first (same result when it applies)."""
+    src, skipped = _nonblank(lines)
+    if fast:
+        dec = fast_decode_frame(src, fields, lines=lines.height, skipped=skipped)
+        if dec is not None:
+            return dec
     src, deep = split_too_deep(src, limits.current().max_json_depth)
     con = thread_connection()
     try:
@@ -222,7 +444,7 @@ def decode_frame(lines: pl.DataFrame, fields: Sequence[Field], sql: str | None =
         ok=values.rename({f.key: f.col for f in fields if f.col != f.key}),
         rejects=rejects_frame(bad["line_no"], bad["reason"], bad["line"]),
         lines=lines.height,
-        skipped=int(blank.sum()),
+        skipped=skipped,
     )
 
 

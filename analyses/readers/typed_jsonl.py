@@ -27,6 +27,7 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 
 from analyses.readers import limits
 from analyses.readers.base import Chunk, rejects_frame
@@ -357,13 +358,17 @@ def fast_decode_frame(src: pl.DataFrame, fields: Sequence[Field], lines: int, sk
         src.lazy().select(plan.complexity_ok).collect().item()
     ):
         return None
-    # lazy on a large batch: the regex runs over morsels of it on every thread
-    big = src.height > _PARAM_LINES
-    line_ok = (src.lazy().select(plan.line_checks).collect() if big else src.select(plan.line_checks)).row(0)
-    if not all(v is True for v in line_ok):
-        return None
-    values = _transform(src, plan.spec)
-    if values is None or values.height != src.height:
+    if src.height > _PARAM_LINES:
+        # a large batch: the textual checks run on Polars' threads while DuckDB decodes (safe:
+        # the values guard above is passed, and DuckDB refuses nesting past its own limit)
+        lines_arrow = src.select("line").to_arrow(compat_level=pl.CompatLevel.newest())  # before: it needs the pool
+        pending = src.lazy().select(plan.line_checks).collect(background=True)
+        values = _transform(src, plan.spec, lines_arrow)
+        line_ok = pending.fetch_blocking().row(0)
+    else:
+        line_ok = src.select(plan.line_checks).row(0)
+        values = _transform(src, plan.spec) if all(v is True for v in line_ok) else None
+    if not all(v is True for v in line_ok) or values is None or values.height != src.height:
         return None
     *values_ok, maybe_huge = values.select(plan.value_checks).row(0)
     if not all(v is True for v in values_ok):
@@ -384,17 +389,18 @@ def fast_decode_frame(src: pl.DataFrame, fields: Sequence[Field], lines: int, sk
 _PARAM_LINES = 64
 
 
-def _transform(src: pl.DataFrame, spec: str) -> pl.DataFrame | None:
+def _transform(src: pl.DataFrame, spec: str, lines_arrow: pa.Table | None = None) -> pl.DataFrame | None:
     """``json_transform(line, spec)`` of each line of ``src``, unnested, in order; None when a
-    line does not parse (the validating path says which)."""
+    line does not parse (the validating path says which). ``lines_arrow``: ``src``'s ``line``
+    column as Arrow, registered instead of ``src``."""
     con = thread_connection()
     try:
-        if src.height <= _PARAM_LINES:
+        if lines_arrow is None and src.height <= _PARAM_LINES:
             # unnest of one list keeps its order
             sql = f"SELECT json_transform(line, '{spec}') AS _v FROM (SELECT unnest(?::VARCHAR[]) AS line)"
             out = con.sql(sql, params=[src.get_column("line").to_list()]).to_arrow_table()
         else:
-            con.register("src", src)
+            con.register("src", src.select("line") if lines_arrow is None else lines_arrow)
             out = con.sql(f"SELECT json_transform(line, '{spec}') AS _v FROM src").to_arrow_table()
             con.unregister("src")
     except duckdb.Error:
@@ -411,7 +417,10 @@ def _transform(src: pl.DataFrame, spec: str) -> pl.DataFrame | None:
 def _nonblank(lines: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """The lines that are not blank (``line_no`` Int64, a leading byte-order mark removed), and
     how many were blank (skipped: the documented rule)."""
-    blank = lines["line"].str.strip_chars().str.len_bytes() == 0
+    text = lines.get_column("line")
+    if lines.schema["line_no"] == pl.Int64 and text.str.starts_with("{").all():  # the usual file: nothing to drop
+        return lines, 0
+    blank = text.str.strip_chars().str.len_bytes() == 0
     # a UTF-8 byte-order mark (Windows editors) would make the first record invalid JSON
     src = lines.filter(~blank).select(pl.col("line_no").cast(pl.Int64), pl.col("line").str.strip_prefix("\ufeff"))
     return src, int(blank.sum())
@@ -489,9 +498,24 @@ def step_from_name(path: Path, pattern: str) -> int | None:
 
 def first_json_objects(head: str, n: int = 5) -> list[dict]:
     """Up to ``n`` JSON objects from the first complete lines of ``head`` (for sniffing only);
-    a line that is no JSON, or nests deeper than the reader accepts, is passed over."""
-    out: list[dict] = []
+    a line that is no JSON, or nests deeper than the reader accepts, is passed over.
+
+    Several readers sniff the same head in turn: the last head's objects are kept (read only)."""
     depth_limit = limits.current().max_json_depth
+    key = (head, n, depth_limit)
+    last = _last_objects[0]  # one read: another thread may replace it
+    if last is not None and last[0] == key:
+        return last[1]
+    out = _first_json_objects(head, n, depth_limit)
+    _last_objects[0] = (key, out)
+    return out
+
+
+_last_objects: list[tuple[tuple[str, int, int], list[dict]] | None] = [None]
+
+
+def _first_json_objects(head: str, n: int, depth_limit: int) -> list[dict]:
+    out: list[dict] = []
     for line in head.lstrip("\ufeff").splitlines():  # a line cut by the head limit fails to parse
         if not line.strip():
             continue

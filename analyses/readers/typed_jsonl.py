@@ -476,18 +476,30 @@ class FileKeys:
 
     def __init__(self, *keys: pl.Expr) -> None:
         self.keys = keys  # expressions over a decoded frame, each with a distinct output name
-        self.first: pl.DataFrame | None = None  # key columns + _first
+        self.first: pl.DataFrame | None = None  # key columns + _first, of the batches folded in
+        self._pending: pl.DataFrame | None = None  # the last batch's keys + line_no, not folded yet
 
     def first_line(self, df: pl.DataFrame) -> pl.Series:
         """Per row of ``df`` (in order), the ``line_no`` its key first appeared on in this file
         (this batch included; ``!= line_no`` means a repeat); remembers the batch's keys."""
         k = df.select(*self.keys, pl.col("line_no"))
         names = k.columns[:-1]
+        self._fold(names)
+        self._pending = k
+        if self.first is None:  # the first batch (of most files, the only one): a window will do
+            return k.select(_first=pl.col("line_no").min().over(names)).get_column("_first")
         seen = k.group_by(names, maintain_order=True).agg(_first=pl.col("line_no").min())
+        seen = pl.concat([self.first, seen]).group_by(names, maintain_order=True).agg(pl.col("_first").min())
+        return k.join(seen, on=names, how="left", nulls_equal=True, maintain_order="left")["_first"]
+
+    def _fold(self, names: list[str]) -> None:
+        """Add the keys of the batch before into ``first`` (only when another batch comes)."""
+        if self._pending is None:
+            return
+        seen = self._pending.group_by(names, maintain_order=True).agg(_first=pl.col("line_no").min())
         if self.first is not None:
             seen = pl.concat([self.first, seen]).group_by(names, maintain_order=True).agg(pl.col("_first").min())
-        self.first = seen
-        return k.join(seen, on=names, how="left", nulls_equal=True, maintain_order="left")["_first"]
+        self.first, self._pending = seen, None
 
 
 def step_from_name(path: Path, pattern: str) -> int | None:

@@ -212,6 +212,7 @@ class RewardTimingsReader(ReaderBase):
 # --------------------------------------------------------------------------- multi-turn workload
 
 MULTITURN_NAME = r"^multiturn_workload_step_(\d+)\.jsonl$"
+_FEW_CALLS = 512  # up to this many tool calls the window is cheaper than checking for runs
 TURN_FIELDS = (
     Field("turn", "int", nonneg=True),
     Field("prompt_tokens", "int", required=False, nonneg=True),
@@ -321,7 +322,7 @@ class MultiturnWorkloadReader(ReaderBase):
         # the usual file: no two records share a sample_id and each record's calls come in turn
         # order, so each (sample_id, turn) is one run of rows; counting within runs avoids a
         # window over groups (~1.5 ms of a 3 MB step file)
-        runs = base.get_column("sample_id").is_unique().all() and calls.select(
+        runs = calls.height > _FEW_CALLS and base.get_column("sample_id").is_unique().all() and calls.select(
             (new_rec | (turn >= turn.shift(1)).fill_null(False)).all()
         ).item()
         if runs:

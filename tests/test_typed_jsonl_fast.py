@@ -161,3 +161,20 @@ def test_file_whose_bad_line_forces_the_fallback_still_lands_the_rest(tmp_path: 
     assert rej.select("line_no", "reason").rows() == [(17, "wrong type for turns[].completion_tokens: VARCHAR")]
     samples = pl.concat([c.tables["samples"] for c in chunks])
     assert samples.height == 40 and 17 not in samples["line_no"].to_list()
+
+
+@pytest.mark.parametrize("copies", [1, 40])  # up to 64 lines Python's json parses them, past that DuckDB
+def test_both_decoders_of_the_fast_path_agree_with_the_validating_path(copies: int) -> None:
+    lines = [mt(i, finish_reason='"a \\"quoted\\" \\\\ reason\\n"', turns=f"[{TURN}, {TURN}]", tool_calls="[]")
+             for i in range(copies)] + [mt(copies, turn_count="<absent>", tool_calls="<absent>", validate="null")]
+    slow, fast = both(lines)
+    assert fast is not None and fast.ok["finish_reason"][0] == 'a "quoted" \\ reason\n'
+
+
+@pytest.mark.parametrize("copies", [1, 40])
+def test_repeated_scalar_key_keeps_the_first_value(copies: int) -> None:
+    # DuckDB keeps the first of a repeated key, Python's json the last: the small-batch decoder
+    # leaves such a batch to DuckDB, so the value is the validating path's either way
+    lines = [mt(i, extra='1, "prompt_len": 11') for i in range(copies)]
+    slow, fast = both(lines)
+    assert fast is not None and fast.ok["prompt_len"].to_list() == [10] * copies

@@ -139,7 +139,10 @@ def iter_line_batches(
         if not data:
             return
         rows = max(1, min(batch_lines, batch_bytes // max(scan.longest, 1)))
-        yield from _split_batches(_frame(data, 1), scan.n_lines, rows, contains)
+        # _frame's lines, numbered in the same query
+        df = pl.scan_lines(data, name="line", row_index_name="line_no", row_index_offset=1).select(
+            pl.col("line_no").cast(pl.Int64), "line").collect()
+        yield from _split_batches(df, scan.n_lines, rows, contains)
         return
     _check_text(_head_bytes(path), path)
     scan = None if is_gzip(path) else _scan_plain(path, lim.max_line_bytes)

@@ -213,6 +213,7 @@ class RewardTimingsReader(ReaderBase):
 
 MULTITURN_NAME = r"^multiturn_workload_step_(\d+)\.jsonl$"
 _FEW_CALLS = 512  # up to this many tool calls the window is cheaper than checking for runs
+_FEW_RECORDS = 64  # up to this many records, their tool calls are counted by the window outright
 TURN_FIELDS = (
     Field("turn", "int", nonneg=True),
     Field("prompt_tokens", "int", required=False, nonneg=True),
@@ -277,8 +278,14 @@ class MultiturnWorkloadReader(ReaderBase):
                 _limit=limit,
             )
             # two small queries over one frame: one collect (each costs more than its work)
-            samples, turns = pl.collect_all([self._samples(base.lazy(), ctx), self._turns(base.lazy())])
-            yield dec.chunk({"samples": samples, "turns": turns, "tool_calls": self._tool_calls(base)})
+            # small queries over one frame: one collect (each costs more than its work); the
+            # tool calls of many records apart (see _tool_calls)
+            few = base.height <= _FEW_RECORDS
+            plans = [self._samples(base.lazy(), ctx), self._turns(base.lazy())]
+            if few:
+                plans.append(self._call_rows(base.lazy()).select(*self._call_columns(self._call_window())))
+            samples, turns, *calls = pl.collect_all(plans)
+            yield dec.chunk({"samples": samples, "turns": turns, "tool_calls": calls[0] if few else self._tool_calls(base)})
 
     @staticmethod
     def _samples(base: pl.LazyFrame, ctx: FileContext) -> pl.LazyFrame:
@@ -306,16 +313,30 @@ class MultiturnWorkloadReader(ReaderBase):
         )
 
     @staticmethod
-    def _tool_calls(base: pl.DataFrame) -> pl.DataFrame:
-        calls = (
+    def _call_rows(base: pl.LazyFrame) -> pl.LazyFrame:
+        return (
             base.select("step", "sample_id", "line_no", "tool_calls")
             .explode("tool_calls", empty_as_null=False)
             # tool_calls is optional: a record without it explodes to one null row, not a call
             .filter(pl.col("tool_calls").is_not_null())
             .unnest("tool_calls")
         )
+
+    @staticmethod
+    def _call_window() -> pl.Expr:
         # several calls can share a turn; their order in the record is the call order: a call's
         # index among the earlier calls of its (sample_id, turn)
+        return pl.int_range(pl.len()).over("sample_id", "turn").cast(pl.Int64)
+
+    @staticmethod
+    def _call_columns(call_index: pl.Expr) -> list[pl.Expr]:
+        return [pl.col("step"), pl.col("sample_id"), pl.col("turn"), call_index.alias("call_index"),
+                pl.col("tool_name"), pl.col("latency_s"), pl.col("status"),
+                pl.col("response_token_len").alias("response_tokens")]
+
+    @classmethod
+    def _tool_calls(cls, base: pl.DataFrame) -> pl.DataFrame:
+        calls = cls._call_rows(base.lazy()).collect()
         i = pl.int_range(pl.len(), dtype=pl.Int64)
         rec, turn = pl.col("line_no"), pl.col("turn")
         new_rec = (rec != rec.shift(1)).fill_null(True)
@@ -329,13 +350,8 @@ class MultiturnWorkloadReader(ReaderBase):
             start = new_rec | (turn != turn.shift(1)).fill_null(True)
             call_index = i - pl.when(start).then(i).forward_fill()
         else:
-            call_index = pl.int_range(pl.len()).over("sample_id", "turn").cast(pl.Int64)
-        return calls.select(
-            "step", "sample_id", "turn",
-            call_index=call_index,
-            tool_name="tool_name", latency_s="latency_s", status="status",
-            response_tokens=pl.col("response_token_len"),
-        )
+            call_index = cls._call_window()
+        return calls.select(*cls._call_columns(call_index))
 
 
 # --------------------------------------------------------------------------- DAPO filter batches

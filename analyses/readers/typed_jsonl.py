@@ -371,9 +371,13 @@ def fast_decode_frame(src: pl.DataFrame, fields: Sequence[Field], lines: int, sk
         if all(v is True for v in line_ok):
             # a few lines: Python's json parser costs less than a DuckDB query (the same values,
             # see _parse_small); what it refuses goes to DuckDB
-            values = _parse_small(src, tuple(fields))
+            values = _parse_small(src, tuple(fields), lim.max_list_items)
+            if values is _BAD:  # a line the validating path rejects
+                return None
             if values is None:
                 values = _transform(src, plan.spec)
+            else:  # checked while parsing
+                return _decoded(src, values, fields, lines, skipped)
     if not all(v is True for v in line_ok) or values is None or values.height != src.height:
         return None
     *values_ok, maybe_huge = values.select(plan.value_checks).row(0)
@@ -381,6 +385,10 @@ def fast_decode_frame(src: pl.DataFrame, fields: Sequence[Field], lines: int, sk
         return None
     if maybe_huge and src.get_column("line").str.contains(HUGE_INT).any():
         return None
+    return _decoded(src, values, fields, lines, skipped)
+
+
+def _decoded(src: pl.DataFrame, values: pl.DataFrame, fields: Sequence[Field], lines: int, skipped: int) -> Decoded:
     both = pl.concat([src, values], how="horizontal")
     return Decoded(
         ok=both.rename({f.key: f.col for f in fields if f.col != f.key}),
@@ -447,18 +455,29 @@ def _pl_type(f: Field) -> pl.DataType:
     return _PL_TYPES[f.kind]()
 
 
-def _py_value(f: Field, v: object) -> object:
+class _Bad(Exception):
+    """A value the fast path's value checks would fail: the validating path rejects its line."""
+
+
+def _py_value(f: Field, v: object, max_items: int) -> object:
     """``v`` (from ``json.loads``) as ``json_transform`` types it for ``f``; raises _Refused
-    for anything but the JSON types the textual checks let through."""
+    for anything but the JSON types the textual checks let through, _Bad for what the value
+    checks of :func:`_fast_plan` fail (missing required, negative, too many or null items)."""
     if v is None:
+        if f.required:
+            raise _Bad
         return None
     if f.kind == "int":
         if type(v) is not int or not _INT64[0] <= v <= _INT64[1]:
             raise _Refused
+        if f.nonneg and v < 0:
+            raise _Bad
         return v
     if f.kind == "num":
         if type(v) not in (int, float):
             raise _Refused
+        if f.nonneg and v < 0:
+            raise _Bad
         return float(v)  # as DuckDB casts a JSON integer to DOUBLE (round to nearest)
     if f.kind == "str":
         if type(v) is not str:
@@ -470,20 +489,26 @@ def _py_value(f: Field, v: object) -> object:
         return v
     if type(v) is not list:
         raise _Refused
+    if len(v) > max_items:
+        raise _Bad
     if f.kind == "int_list":
-        return [_py_value(_INT_ITEM, x) for x in v]
+        return [_py_value(_NONNEG_ITEM if f.nonneg else _INT_ITEM, x, max_items) for x in v]
     out: list[dict[str, object] | None] = []
     for x in v:
-        if x is not None and type(x) is not dict:
+        if x is None:  # its required sub-fields are missing (_fast_plan: an obj_list has some)
+            raise _Bad
+        if type(x) is not dict:
             raise _Refused
-        out.append(None if x is None else {s.key: _py_value(s, x.get(s.key)) for s in f.sub})
+        out.append({s.key: _py_value(s, x.get(s.key), max_items) for s in f.sub})
     return out
 
 
-_INT_ITEM = Field("item", "int")
+_INT_ITEM = Field("item", "int")  # required: an int_list holds no nulls
+_NONNEG_ITEM = Field("item", "int", nonneg=True)
+_BAD = pl.DataFrame()  # _parse_small's answer for a batch with a bad line
 
 
-def _parse_small(src: pl.DataFrame, fields: tuple[Field, ...]) -> pl.DataFrame | None:
+def _parse_small(src: pl.DataFrame, fields: tuple[Field, ...], max_items: int) -> pl.DataFrame | None:
     """The values :func:`_transform` gives, from Python's ``json`` (no eval), for a batch the
     fast path's textual checks passed; None to leave the batch to DuckDB.
 
@@ -491,7 +516,9 @@ def _parse_small(src: pl.DataFrame, fields: tuple[Field, ...]) -> pl.DataFrame |
     escape, as lone surrogates; NaN and Infinity; integers past BIGINT); repeated keys, where
     DuckDB keeps the first and Python the last, are refused here; both round decimal text to
     the nearest double (checked on 100,000 numbers of every shape). What only DuckDB accepts
-    (trailing commas) fails Python's parse: DuckDB decides."""
+    (trailing commas) fails Python's parse: DuckDB decides. The values are checked on the way
+    as the fast path checks DuckDB's (:func:`_fast_plan`): ``_BAD`` when one fails. An optional
+    integer that is null here is absent or null, never one past BIGINT (refused)."""
     cols: dict[str, list[object]] = {f.key: [] for f in fields}
     try:
         for text in src.get_column("line").to_list():
@@ -499,8 +526,10 @@ def _parse_small(src: pl.DataFrame, fields: tuple[Field, ...]) -> pl.DataFrame |
             if type(obj) is not dict:
                 return None
             for f in fields:
-                cols[f.key].append(_py_value(f, obj.get(f.key)))
+                cols[f.key].append(_py_value(f, obj.get(f.key), max_items))
         return pl.DataFrame([pl.Series(f.key, cols[f.key], dtype=_pl_type(f), strict=True) for f in fields])
+    except _Bad:
+        return _BAD
     except (_Refused, ValueError, TypeError, OverflowError, RecursionError, pl.exceptions.PolarsError):
         return None
 

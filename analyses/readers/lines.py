@@ -40,7 +40,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -60,6 +60,9 @@ DEFAULT_BLOCK_BYTES = 32 * 1024 * 1024
 # (splits, regex captures, exploded pairs), so lines of 200 KB in a 200k-line batch would be 40 GB
 DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
 _FAST_MAX_LINE = 1 << 20  # longer lines go through the block reader, which bounds batches by bytes
+# a plain file this small is read once, its lines split from the bytes (a PolyTrace step file
+# is ~10 KB: opening and scanning it three times cost more than splitting it)
+_SMALL_FILE_BYTES = 1 << 20
 _TEXT_CHECK_BYTES = 64 * 1024
 _MAX_BAD_FRACTION = 0.10  # share of NUL/control/undecodable characters above which a file is "not text"
 _TEXT_CONTROLS = "\t\n\r\x0b\x0c\x08\x1b"  # control characters real logs hold (ANSI escapes, tabs, ...)
@@ -129,8 +132,19 @@ def iter_line_batches(
     only the lines containing that literal.
     """
     path = Path(path)
-    _check_text(_head_bytes(path), path)
     lim = limits.current()
+    small = _small_plain(path, lim.max_line_bytes)
+    if small is not None:  # read once: the checks and the lines from the same bytes
+        data, scan = small
+        if not data:
+            return
+        rows = max(1, min(batch_lines, batch_bytes // max(scan.longest, 1)))
+        # _frame's lines, numbered in the same query
+        df = pl.scan_lines(data, name="line", row_index_name="line_no", row_index_offset=1).select(
+            pl.col("line_no").cast(pl.Int64), "line").collect()
+        yield from _split_batches(df, scan.n_lines, rows, contains)
+        return
+    _check_text(_head_bytes(path), path)
     scan = None if is_gzip(path) else _scan_plain(path, lim.max_line_bytes)
     if scan is None or not scan.clean or scan.longest > _FAST_MAX_LINE:
         blocks = _raw_blocks(path, min(block_bytes, batch_bytes))
@@ -216,12 +230,51 @@ class _PlainScan:
         return self.valid_utf8 and not self.has_nul and self.longest <= self.max_line_bytes
 
 
+def _small_plain(path: Path, max_line_bytes: int) -> tuple[bytes, _PlainScan] | None:
+    """A plain text file of at most ``_SMALL_FILE_BYTES`` that the native scanner may split:
+    its bytes and their scan (what :func:`iter_line_batches` checks first, from one read);
+    None for any other file (gzip, larger, not clean: the usual paths decide), or raises
+    :class:`UnreadableFile` as they would for a file that is not text."""
+    try:
+        if path.stat().st_size > _SMALL_FILE_BYTES:
+            return None
+        with open(path, "rb") as fh:
+            data = fh.read(_SMALL_FILE_BYTES + 1)
+    except OSError:
+        return None  # the usual paths report it
+    if len(data) > _SMALL_FILE_BYTES or data[:2] == b"\x1f\x8b":
+        return None
+    _check_text(data[:_TEXT_CHECK_BYTES], path)
+    scan = _scan_blocks([data] if data else [], max_line_bytes)
+    if not scan.clean or scan.longest > _FAST_MAX_LINE:
+        return None
+    return data, scan
+
+
+def _split_batches(df: pl.DataFrame, n_lines: int, rows: int, contains: str | None) -> Iterator[LineBatch]:
+    """What the native scanner's batches of ``rows`` lines give, from all the lines ``df``."""
+    if contains is not None:
+        df = df.filter(pl.col("line").str.contains(contains, literal=True))
+    done = 0
+    for off in range(0, df.height, rows):
+        part = df.slice(off, rows)
+        last = int(part["line_no"][-1])
+        yield LineBatch(part, last - done)
+        done = last
+    if n_lines > done:
+        yield LineBatch(pl.DataFrame(schema=LINE_SCHEMA), n_lines - done)
+
+
 def _scan_plain(path: Path, max_line_bytes: int) -> _PlainScan:
     """One byte-level pass over a plain file: line count, longest line, NUL bytes, UTF-8 validity
     (numpy over 8 MiB blocks; memory bounded by a block whatever the lines)."""
+    return _scan_blocks(_raw_blocks(path, 8 << 20), max_line_bytes)
+
+
+def _scan_blocks(blocks: Iterable[bytes], max_line_bytes: int) -> _PlainScan:
     n_nl, longest, run, has_nul, valid = 0, 0, 0, False, True
     dec = codecs.getincrementaldecoder("utf-8")("strict")
-    for block in _raw_blocks(path, 8 << 20):
+    for block in blocks:
         nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
         if nl.size:
             longest = max(longest, run + int(nl[0]))

@@ -133,7 +133,9 @@ def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False
     With ``sandbox`` the connection can read the warehouse's data files and nothing else, for
     good (:func:`analyses.sandbox.lock_down`).
     """
+    # no DuckDB progress bar: it would write over our own progress display, and under --quiet too
     con = duckdb.connect(":memory:")
+    con.execute("SET enable_progress_bar = false")
     ddl, files = all_ddl(root, views)
     for stmt in ddl:
         con.execute(stmt)

@@ -126,11 +126,18 @@ def _groups(df: pl.DataFrame, keys: list[str]) -> list[tuple[tuple, pl.DataFrame
     return sorted(((k, g) for k, g in df.group_by(keys, maintain_order=True)), key=lambda kg: [str(x) for x in kg[0]])
 
 
+def vline(x: float, line: dict, xref: str = "x", yref: str = "y") -> dict:
+    """The shape ``fig.add_vline`` draws, to be added with the others in one ``update_layout``
+    (each ``add_vline`` walks every shape already there: quadratic with a line per run)."""
+    return {"type": "line", "x0": x, "x1": x, "xref": xref, "y0": 0, "y1": 1, "yref": f"{yref} domain", "line": line}
+
+
 def length_cdf_figure(cdf: pl.DataFrame, quantiles: pl.DataFrame, kind: str = "response") -> go.Figure:
     """CDF (log x) and CCDF (log-log, where the tail lives) per run x task, tail beyond p99 marked."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("CDF", "tail: share ≥ x"), horizontal_spacing=0.1)
     cdf = cdf.filter(pl.col("kind") == kind).sort("value")
     q = quantiles.filter(pl.col("kind") == kind)
+    lines = []
     for i, ((run, task), g) in enumerate(_groups(cdf, ["run_id", "task"])):
         name, color = f"{run} · {task}", _color(i)
         fig.add_trace(go.Scatter(x=g["value"], y=g["cdf"], mode="lines", line={"color": color, "shape": "hv"},
@@ -149,7 +156,8 @@ def length_cdf_figure(cdf: pl.DataFrame, quantiles: pl.DataFrame, kind: str = "r
             r = qq.row(0, named=True)
             for label, dash in (("p99", "dash"), ("p999", "dot")):
                 if r[label] is not None:
-                    fig.add_vline(x=r[label], line={"color": color, "dash": dash, "width": 1}, row=1, col=2)
+                    lines.append(vline(r[label], {"color": color, "dash": dash, "width": 1}, "x2", "y2"))
+    fig.update_layout(shapes=lines)
     fig.update_xaxes(type="log", title_text=f"{kind} tokens")
     fig.update_yaxes(title_text="share ≤ x", row=1, col=1)
     fig.update_yaxes(type="log", title_text="share ≥ x", row=1, col=2)
@@ -301,13 +309,15 @@ def gpu_step_figure(util: pl.DataFrame, run_id: str) -> go.Figure:
 def tool_latency_figure(cdf: pl.DataFrame, latency: pl.DataFrame) -> go.Figure:
     """Latency CCDF per run x tool on log-log axes, p99 marked."""
     fig = go.Figure()
+    lines = []
     for i, ((run, tool), g) in enumerate(_groups(cdf.sort("value"), ["run_id", "tool_name"])):
         color = _color(i)
         fig.add_trace(go.Scatter(x=g["value"], y=g["share_ge"], mode="lines", line={"color": color, "shape": "hv"},
                                  name=f"{run} · {tool}"))
         q = latency.filter((pl.col("run_id") == run) & (pl.col("tool_name") == tool))
         if q.height and q["p99"][0] is not None and q["p99"][0] > 0:
-            fig.add_vline(x=q["p99"][0], line={"color": color, "dash": "dash", "width": 1})
+            lines.append(vline(q["p99"][0], {"color": color, "dash": "dash", "width": 1}))
+    fig.update_layout(shapes=lines)
     fig.update_xaxes(type="log", title_text="latency (s)")
     fig.update_yaxes(type="log", title_text="share of calls taking ≥ x")
     return _layout(fig, "Tool-call latency tail (dashed: p99)")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import html
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,25 +62,62 @@ class ReportResult:
         return sum(len(s.figures) for s in self.sections)
 
 
-def group_section(con: duckdb.DuckDBPyConnection, group: ViewGroup, runs: list[str]) -> Section:
-    """The headline table and figures of one view group for ``runs``."""
+ViewReader = Callable[[str], pl.DataFrame]
+
+# views that most others read (sample_lengths reads training_health): the report computes each once
+# for its runs, into a temp table that shadows the view on the report's connection only
+SHARED_VIEWS = ("training_health", "sample_lengths")
+
+
+def view_reader(con: duckdb.DuckDBPyConnection, runs: list[str]) -> ViewReader:
+    """``view_frame`` for ``runs``, each view read once (sections and the comparison share frames)."""
+    frames: dict[str, pl.DataFrame] = {}
+
+    def read(name: str) -> pl.DataFrame:
+        if name not in frames:
+            frames[name] = view_frame(con, name, runs)
+        return frames[name]
+    return read
+
+
+@contextmanager
+def shared_views_once(con: duckdb.DuckDBPyConnection, runs: list[str]) -> Iterator[None]:
+    """Within the block, :data:`SHARED_VIEWS` are temp tables of their rows for ``runs`` (every view
+    is per run, so the views built on them give the same rows for those runs); dropped on exit."""
+    made = []
+    try:
+        for name in SHARED_VIEWS:
+            con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM main."{name}" WHERE run_id IN (SELECT unnest($1))',
+                        [runs])
+            made.append(name)
+        yield
+    finally:
+        for name in reversed(made):
+            con.execute(f'DROP TABLE IF EXISTS temp."{name}"')
+
+
+def group_section(con: duckdb.DuckDBPyConnection, group: ViewGroup, runs: list[str],
+                  read: ViewReader | None = None) -> Section:
+    """The headline table and figures of one view group for ``runs`` (``read``: a shared :func:`view_reader`)."""
+    read = read or view_reader(con, runs)
     head = headline_frame(con, group.name, runs)
-    figs = [f for f in group.figures(lambda name: view_frame(con, name, runs), runs) if f.drawn] if head.height else []
+    figs = [f for f in group.figures(read, runs) if f.drawn] if head.height else []
     return Section(group.name, group.title, group.question, group.needs, head, figs, group.views)
 
 
-def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str]) -> Section:
+def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: ViewReader | None = None) -> Section:
     """Cross-run comparison: length quantiles, step-time variation, imbalance side by side."""
-    q = view_frame(con, "length_quantiles", runs)
+    read = read or view_reader(con, runs)
+    q = read("length_quantiles")
     head = q.filter(pl.col("kind") == "response").select(
         "run_id", "task", "n", pl.col("mean").round(1), "p50", "p90", "p99", "p999", "max",
         pl.col("max_over_mean").round(2), pl.col("p99_over_p50").round(2))
-    cdf = view_frame(con, "length_cdf", runs)
+    cdf = read("length_cdf")
     figs = [
         FigureSpec("compare__cdf_response", F.length_cdf_figure(cdf, q, "response"), True),
         FigureSpec("compare__quantiles", F.compare_quantiles_figure(q), True),
-        FigureSpec("compare__variance", F.compare_variance_figure(view_frame(con, "step_variance", runs))),
-        FigureSpec("compare__imbalance", F.compare_imbalance_figure(view_frame(con, "rank_imbalance", runs))),
+        FigureSpec("compare__variance", F.compare_variance_figure(read("step_variance"))),
+        FigureSpec("compare__imbalance", F.compare_imbalance_figure(read("rank_imbalance"))),
     ]
     return Section("compare", "Cross-run comparison", f"How do the {len(runs)} selected runs differ?",
                    "several runs", head, [f for f in figs if f.drawn])
@@ -101,14 +139,16 @@ def build_sections(con: duckdb.DuckDBPyConnection, runs: list[str], progress: Wo
     hears ``run_start``/``run_done`` per section (the events :mod:`analyses.cli.work_progress` shows)."""
     emit = progress or (lambda _e, _d: None)
     out = []
-    for g in view_groups():
-        emit("run_start", {"run_id": g.title, "origins": 0})
-        out.append(group_section(con, g, runs))
-        emit("run_done", {"run_id": g.title})
-    if len(runs) > 1:
-        emit("run_start", {"run_id": "comparison", "origins": 0})
-        out.append(comparison_section(con, runs))
-        emit("run_done", {"run_id": "comparison"})
+    read = view_reader(con, runs)
+    with shared_views_once(con, runs):
+        for g in view_groups():
+            emit("run_start", {"run_id": g.title, "origins": 0})
+            out.append(group_section(con, g, runs, read))
+            emit("run_done", {"run_id": g.title})
+        if len(runs) > 1:
+            emit("run_start", {"run_id": "comparison", "origins": 0})
+            out.append(comparison_section(con, runs, read))
+            emit("run_done", {"run_id": "comparison"})
     return out
 
 

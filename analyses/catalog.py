@@ -135,7 +135,10 @@ def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False
     """
     # no DuckDB progress bar: it would write over our own progress display, and under --quiet too
     con = duckdb.connect(":memory:")
-    con.execute("SET enable_progress_bar = false")
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except duckdb.Error:  # in a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting at all
+        pass
     ddl, files = all_ddl(root, views)
     for stmt in ddl:
         con.execute(stmt)

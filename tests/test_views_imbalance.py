@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from _views_util import open_wh, rows, stage_run
 
+from analyses.views import group
+
 
 @pytest.fixture
 def con(tmp_path: Path):  # noqa: ANN201
@@ -86,6 +88,17 @@ def test_busiest_unit_is_named(con) -> None:  # noqa: ANN001
     # dp 0 generated 10 + 30 = 40 tokens, dp 1 20 (its validation sample does not count); rank 4 took 26 s
     assert got[("rollout", "response_tokens")] == 0 and got[("reward", "seconds")] == 4
     assert got[("rollout_batch", "response_tokens")] is None and got[("train_batch", "sequence_tokens")] is None
+
+
+def test_worst_step_of_a_tie_is_the_earliest(tmp_path: Path) -> None:
+    # steps 3, 1 and 2 equally imbalanced (max/mean 1.6): the headline names step 1 every time, not
+    # whichever row DuckDB's threads saw first
+    root = tmp_path / "wh"
+    stage_run(root, "t", {"rank_times": {"step": [3, 3, 1, 1, 2, 2], "rank": [0, 1] * 3, "dp_rank": [0, 1] * 3,
+                                          "phase": ["reward"] * 6, "seconds": [2.0, 8.0, 8.0, 2.0, 2.0, 8.0]}})
+    con = open_wh(root)
+    sql = "SELECT worst_step, worst_step_busiest FROM (" + group("rank_imbalance").headline_sql + ") WHERE run_id = 't'"
+    assert rows(con, sql) == [{"worst_step": 1, "worst_step_busiest": 0}]
 
 
 @pytest.mark.real_logs

@@ -96,7 +96,8 @@ GROUP = ViewGroup(
         SELECT run_id, phase, quantity, count(*) AS steps, round(median(max_over_mean), 3) AS median_max_over_mean,
                round(min(max_over_mean), 3) AS min_max_over_mean, round(max(max_over_mean), 3) AS max_max_over_mean,
                round(max(max_over_min), 3) AS max_max_over_min, round(avg(idle_share), 3) AS mean_idle_share,
-               arg_max(step, max_over_mean) AS worst_step, arg_max(busiest_unit_id, max_over_mean) AS worst_step_busiest,
+               arg_max(step, (max_over_mean, -step)) AS worst_step,
+               arg_max(busiest_unit_id, (max_over_mean, -step)) AS worst_step_busiest,
                mode(busiest_unit_id) AS most_often_busiest,
                count(*) FILTER (WHERE busiest_unit_id = mode_unit) AS most_often_busiest_steps
         FROM (SELECT *, mode(busiest_unit_id) OVER (PARTITION BY run_id, phase, quantity) AS mode_unit FROM rank_imbalance)

@@ -9,6 +9,7 @@ module only arranges them.
 from __future__ import annotations
 
 import html
+import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ import polars as pl
 from analyses import figures as F
 from analyses.figures import FigureSpec
 from analyses.markdown import format_value
-from analyses.views import View, ViewGroup, headline_frame, view_frame, view_groups
+from analyses.views import View, ViewGroup, all_views, headline_frame, view_frame, view_groups
 
 # (event, data): the events analyses.cli.work_progress shows, as fit and fidelity send them
 WorkEvents = Callable[[str, dict[str, Any]], None]
@@ -65,8 +66,17 @@ class ReportResult:
 ViewReader = Callable[[str], pl.DataFrame]
 
 # views that most others read (sample_lengths reads training_health): the report computes each once
-# for its runs, into a temp table that shadows the view on the report's connection only
+# for its runs, into a temp table that shadows the view on the report's connection only, as it does
+# every view a headline reads (the group's figures read it again)
 SHARED_VIEWS = ("training_health", "sample_lengths")
+
+
+def report_views() -> list[str]:
+    """:data:`SHARED_VIEWS` and the views the headlines read, in catalog order (a view is computed
+    from the temp tables of those before it)."""
+    names = {v.name for v in all_views()}
+    wanted = set(SHARED_VIEWS) | {n for g in view_groups() for n in names if re.search(rf"\b{n}\b", g.headline_sql)}
+    return [v.name for v in all_views() if v.name in wanted]
 
 
 def view_reader(con: duckdb.DuckDBPyConnection, runs: list[str]) -> ViewReader:
@@ -82,11 +92,11 @@ def view_reader(con: duckdb.DuckDBPyConnection, runs: list[str]) -> ViewReader:
 
 @contextmanager
 def shared_views_once(con: duckdb.DuckDBPyConnection, runs: list[str]) -> Iterator[None]:
-    """Within the block, :data:`SHARED_VIEWS` are temp tables of their rows for ``runs`` (every view
+    """Within the block, :func:`report_views` are temp tables of their rows for ``runs`` (every view
     is per run, so the views built on them give the same rows for those runs); dropped on exit."""
     made = []
     try:
-        for name in SHARED_VIEWS:
+        for name in report_views():
             con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM main."{name}" WHERE run_id IN (SELECT unnest($1))',
                         [runs])
             made.append(name)

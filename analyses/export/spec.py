@@ -22,6 +22,8 @@ built-in validator (the subset of JSON Schema the schema uses), so no extra depe
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,58 +110,58 @@ def _is_type(v: Any, t: str) -> bool:
 
 def _check(v: Any, s: dict[str, Any], root: dict[str, Any], path: str, errors: list[str]) -> None:
     if "$ref" in s:
-        ref = s["$ref"]
         node: Any = root
-        for part in ref.lstrip("#/").split("/"):
+        for part in s["$ref"].lstrip("#/").split("/"):
             node = node[part]
         _check(v, node, root, path, errors)
         return
-    if "anyOf" in s:
-        for alt in s["anyOf"]:
-            sub: list[str] = []
-            _check(v, alt, root, path, sub)
-            if not sub:
-                break
-        else:
-            errors.append(f"{path}: matches none of the allowed shapes")
-            return
+    if "anyOf" in s and not any(_conforms(v, alt, root, path) for alt in s["anyOf"]):
+        errors.append(f"{path}: matches none of the allowed shapes")
+        return
     t = s.get("type")
-    if t is not None:
-        types = t if isinstance(t, list) else [t]
-        if not any(_is_type(v, x) for x in types):
-            errors.append(f"{path}: expected {'/'.join(types)}, got {type(v).__name__}")
-            return
-    if "enum" in s and v not in s["enum"]:
-        errors.append(f"{path}: {v!r} not one of {s['enum']}")
-    if "const" in s and v != s["const"]:
-        errors.append(f"{path}: must be {s['const']!r}")
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        if "minimum" in s and v < s["minimum"]:
-            errors.append(f"{path}: {v} < minimum {s['minimum']}")
-        if "maximum" in s and v > s["maximum"]:
-            errors.append(f"{path}: {v} > maximum {s['maximum']}")
-    if isinstance(v, str) and "pattern" in s:
-        import re
-
-        if not re.search(s["pattern"], v):
-            errors.append(f"{path}: {v!r} does not match {s['pattern']}")
+    types = t if isinstance(t, list) else [t] if t is not None else []
+    if types and not any(_is_type(v, x) for x in types):
+        errors.append(f"{path}: expected {'/'.join(types)}, got {type(v).__name__}")
+        return
+    for keyword, check in _KEYWORDS:
+        if keyword in s:
+            errors.extend(f"{path}: {msg}" for msg in check(v, s[keyword]))
     if isinstance(v, dict):
-        for k in s.get("required", []):
-            if k not in v:
-                errors.append(f"{path}: missing required key {k!r}")
-        props = s.get("properties", {})
-        for k, sub_v in v.items():
-            if k in props:
-                _check(sub_v, props[k], root, f"{path}.{k}", errors)
-            elif "additionalProperties" in s:
-                ap = s["additionalProperties"]
-                if ap is False:
-                    errors.append(f"{path}: unexpected key {k!r}")
-                elif isinstance(ap, dict):
-                    _check(sub_v, ap, root, f"{path}.{k}", errors)
-    if isinstance(v, list):
-        if "minItems" in s and len(v) < s["minItems"]:
-            errors.append(f"{path}: fewer than {s['minItems']} items")
-        if "items" in s:
-            for i, item in enumerate(v):
-                _check(item, s["items"], root, f"{path}[{i}]", errors)
+        _check_object(v, s, root, path, errors)
+    if isinstance(v, list) and "items" in s:
+        for i, item in enumerate(v):
+            _check(item, s["items"], root, f"{path}[{i}]", errors)
+
+
+def _conforms(v: Any, s: dict[str, Any], root: dict[str, Any], path: str) -> bool:
+    sub: list[str] = []
+    _check(v, s, root, path, sub)
+    return not sub
+
+
+def _check_object(v: dict[str, Any], s: dict[str, Any], root: dict[str, Any], path: str, errors: list[str]) -> None:
+    errors.extend(f"{path}: missing required key {k!r}" for k in s.get("required", []) if k not in v)
+    props = s.get("properties", {})
+    extra = s.get("additionalProperties", True)
+    for k, sub_v in v.items():
+        if k in props:
+            _check(sub_v, props[k], root, f"{path}.{k}", errors)
+        elif extra is False:
+            errors.append(f"{path}: unexpected key {k!r}")
+        elif isinstance(extra, dict):
+            _check(sub_v, extra, root, f"{path}.{k}", errors)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+# the value keywords of the schema: (keyword, check(value, the keyword's argument) -> messages)
+_KEYWORDS: tuple[tuple[str, Callable[[Any, Any], list[str]]], ...] = (
+    ("enum", lambda v, allowed: [] if v in allowed else [f"{v!r} not one of {allowed}"]),
+    ("const", lambda v, c: [] if v == c else [f"must be {c!r}"]),
+    ("minimum", lambda v, lo: [f"{v} < minimum {lo}"] if _is_number(v) and v < lo else []),
+    ("maximum", lambda v, hi: [f"{v} > maximum {hi}"] if _is_number(v) and v > hi else []),
+    ("pattern", lambda v, pat: [f"{v!r} does not match {pat}"] if isinstance(v, str) and not re.search(pat, v) else []),
+    ("minItems", lambda v, n: [f"fewer than {n} items"] if isinstance(v, list) and len(v) < n else []),
+)

@@ -233,7 +233,9 @@ def write_pngs(
     try:
         if keep_browser:
             _keep_browser(kaleido)
-        kaleido.write_fig_from_object_sync(jobs, kopts={"n": min(_tabs(), len(jobs))})
+        # a browser kept for the process already has its tabs (kaleido ignores kopts then, and warns)
+        kopts = {} if _server_started else {"kopts": {"n": min(_tabs(), len(jobs))}}
+        kaleido.write_fig_from_object_sync(jobs, **kopts)
     except Exception as exc:  # kaleido/browser failures must not cost the HTML report
         return {}, f"PNG export failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
     done = {k: p for k, p in paths.items() if p.exists() and p.stat().st_size > 0}

@@ -28,6 +28,23 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
 
 
+def measure(n: int, run: Path, adds: int = 1) -> tuple[float, list[float], float]:
+    """A warehouse of ``n`` fitted copies of ``run``: (first refresh s, [refresh s after adding one
+    more run] x ``adds``, refresh s with every run computed again after the last add)."""
+    wh = OUT / f"incremental_{n}"
+    shutil.rmtree(wh, ignore_errors=True)
+    pt = PolyTrace(wh)
+    for i in range(n):
+        pt.ingest(run, run_id=f"run-{i:04d}", refresh=False)
+    first, _ = timed(pt.fit_warehouse)
+    cached = []
+    for i in range(n, n + adds):
+        pt.ingest(run, run_id=f"run-{i:04d}", refresh=False)
+        cached.append(timed(pt.fit_warehouse)[0].wall)
+    full, _ = timed(lambda: pt.fit_warehouse(cache=False))
+    return first.wall, cached, full.wall
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 32])
@@ -36,18 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run copied: {args.run}", flush=True)
     rows = []
     for n in args.sizes:
-        wh = OUT / f"incremental_{n}"
-        shutil.rmtree(wh, ignore_errors=True)
-        pt = PolyTrace(wh)
-        for i in range(n):
-            pt.ingest(args.run, run_id=f"run-{i:04d}", refresh=False)
-        first, _ = timed(lambda pt=pt: pt.fit_warehouse())
-        pt.ingest(args.run, run_id=f"run-{n:04d}", refresh=False)
-        cached, _ = timed(lambda pt=pt: pt.fit_warehouse())
-        full, _ = timed(lambda pt=pt: pt.fit_warehouse(cache=False))
-        rows.append((n, first.wall, cached.wall, full.wall))
-        print(f"N={n}: first refresh {first.wall:.1f} s; after adding one run: cached {cached.wall:.1f} s, "
-              f"all recomputed {full.wall:.1f} s", flush=True)
+        first, (cached,), full = measure(n, args.run)
+        rows.append((n, first, cached, full))
+        print(f"N={n}: first refresh {first:.1f} s; after adding one run: cached {cached:.1f} s, "
+              f"all recomputed {full:.1f} s", flush=True)
     print("\nadding one run to N fitted runs (wall seconds)")
     print(f"{'N':>4} {'first refresh':>14} {'+1 cached':>10} {'+1 all again':>13} {'cached/all':>11} {'cached/1-run':>13}")
     for n, first, cached, full in rows:

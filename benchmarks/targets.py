@@ -40,5 +40,10 @@ TARGETS: tuple[Target, ...] = (
     Target("report_at_scale_s", "polytrace report over the views' warehouse", 60, False, "s"),
     Target("fit_10m_s", "fit 10 M samples per variable, every candidate (slowest variable)", 30, False, "s"),
     Target("fidelity_units", "polytrace fidelity --all over the real runs", 300, False, "units"),
+    Target("incremental_vs_one_run", "refresh after adding one run to N fitted runs / one run's fit and score", 2, False,
+           "x"),
+    Target("demo_cross_run_units", "the demo's cross-run Dagster job (sample logs, 5 runs)", 40, False, "units"),
+    Target("demo_s", "python -m pipelines.demo (make demo once installed), fresh warehouse and instance", 60, False,
+           "s"),
 )
 BY_KEY = {t.key: t for t in TARGETS}

@@ -42,6 +42,8 @@ FOUND_SEED_1 = [(180, 47), (1040, 11)]  # and a cut gzip counted its discarded r
 FOUND_SEED_2 = [(417, 18)]
 # seed 3: a TRL step dict with completions/max_length 1e23 at a clipped step became the run's cap (int64 overflow)
 FOUND_SEED_3 = [(1760, 46)]
+# seed 4: an nvidia-smi CSV header of 13,106 fields built a column expression per field (2.0 GB)
+FOUND_SEED_4 = [(1962, 36)]
 
 
 def test_fuzz_findings_stay_fixed(tmp_path) -> None:
@@ -59,7 +61,7 @@ def test_fuzz_findings_stay_fixed(tmp_path) -> None:
         skip_or_fail(f"real logs not found at {REAL_LOGS}: the findings' inputs derive from them")
     run = Path(tmp_path) / "run"
     found = [(0, b, i) for b, i in FOUND] + [(1, b, i) for b, i in FOUND_SEED_1] + [(2, b, i) for b, i in FOUND_SEED_2]
-    found += [(3, b, i) for b, i in FOUND_SEED_3]
+    found += [(3, b, i) for b, i in FOUND_SEED_3] + [(4, b, i) for b, i in FOUND_SEED_4]
     for m, b, i in found:
         inp = make_input(m, b, i, FUZZ_LIMITS["max_line_bytes"])
         (run / f"{m}-{b}-{i}").mkdir(parents=True)

@@ -246,3 +246,23 @@ def test_dmon_header_of_more_fields_than_dmon_prints_rejects_its_rows(tmp_path) 
     assert [sum(getattr(c, k) for c in chunks) for k in ("lines", "rows_ok", "rows_rejected", "rows_skipped")] == [5, 1, 1, 3]
     reasons = pl.concat([c.rejects for c in chunks if c.rejects is not None])["reason"].to_list()
     assert reasons == [f"its dmon header has {DMON_MAX_FIELDS + 1} fields, over {DMON_MAX_FIELDS}: not a dmon table"]
+
+
+def test_csv_header_of_more_fields_than_nvidia_smi_has_rejects_its_rows(tmp_path) -> None:
+    # found by the long fuzz run (seed 4): a 262 KB header of 13,106 fields took 2.0 GB for one data line
+    from analyses.manifest import load_manifest
+    from analyses.readers import read_file
+    from analyses.readers.base import FileContext
+    from analyses.readers.nvidia_smi import SMI_MAX_FIELDS
+
+    path = tmp_path / "smi.csv"
+    wide = ", ".join(["timestamp"] + ["memory.used [MiB]"] * SMI_MAX_FIELDS)
+    path.write_text(f"{wide}\n2025/01/01 00:00:00.000, 5 MiB\ntimestamp, memory.used [MiB]\n"
+                    "2025/01/01 00:00:01.000, 7 MiB\n")
+    chunks = list(read_file(NvidiaSmiCsvReader(), FileContext("r", path, "smi.csv", load_manifest(tmp_path))))
+    assert [sum(getattr(c, k) for c in chunks) for k in ("lines", "rows_ok", "rows_rejected", "rows_skipped")] == [4, 1, 1, 2]
+    reasons = pl.concat([c.rejects for c in chunks if c.rejects is not None])["reason"].to_list()
+    assert reasons == [f"its nvidia-smi header has {SMI_MAX_FIELDS + 1} fields, over {SMI_MAX_FIELDS}: "
+                       "not an nvidia-smi table"]
+    s = pl.concat([c.tables["gpu_samples"] for c in chunks if c.tables.get("gpu_samples") is not None])
+    assert s["value"].to_list() == [7.0]

@@ -132,6 +132,12 @@ class NvidiaSmiCsvReader(ReaderBase):
             yield chunk
 
 
+# `nvidia-smi --help-query-gpu` documents ~250 fields; a fuzzed 262 KB header of 13,106 "fields"
+# built that many column expressions for its one data line (2.0 GB, 5 s); memory grows with the
+# fields (each a compiled regex): 512 fields read in 0.5 GB, a 20,000-line ingest of them 0.86 GB
+SMI_MAX_FIELDS = 512
+
+
 def _csv_chunk(
     batch: pl.DataFrame,
     header: list[tuple[str, str]] | None,
@@ -154,6 +160,10 @@ def _csv_chunk(
             continue
         if hdr is None:
             rejects.append(rows.with_columns(reason=pl.lit("data line before any nvidia-smi header")))
+            continue
+        if len(hdr) > SMI_MAX_FIELDS:  # a column expression per field would cost seconds and gigabytes
+            rejects.append(rows.with_columns(reason=pl.lit(
+                f"its nvidia-smi header has {len(hdr)} fields, over {SMI_MAX_FIELDS}: not an nvidia-smi table")))
             continue
         ok, bad = _csv_segment(rows, hdr, host, tz, clock, passes)
         samples.append(ok)

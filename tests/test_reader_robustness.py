@@ -290,3 +290,33 @@ def test_integers_past_int64_are_rejected_values(tmp_path: Path) -> None:
     from analyses.readers.kineto import rank_of
 
     assert rank_of({"distributedInfo": {"rank": 10**23}}, trace) == 3  # from the file name instead
+
+
+def test_utf8_check_agrees_with_pythons_decoder_on_any_block_split() -> None:
+    # the line layer's validity pass reads 8 MiB blocks: a character may be cut between two blocks
+    import codecs
+    import random
+
+    from analyses.readers.lines import Utf8Check
+
+    rng = random.Random(7)
+    pieces = ["a", "\n", "é", "€", "😀", "ß\n"]
+    bad = [b"\xff", b"\x80", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xed\xa0\x80", b"\xc0\xaf"]
+    for case in range(3000):
+        data = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30))).encode()
+        if case % 2:
+            at = rng.randint(0, len(data))
+            data = data[:at] + rng.choice(bad) + data[at:]
+        cuts = sorted(rng.sample(range(len(data) + 1), k=min(len(data) + 1, rng.randint(0, 6))))
+        blocks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        check, dec = Utf8Check(), codecs.getincrementaldecoder("utf-8")("strict")
+        for b in blocks:
+            check.feed(b)
+        try:
+            for b in blocks:
+                dec.decode(b)
+            dec.decode(b"", final=True)
+            expected = True
+        except UnicodeDecodeError:
+            expected = False
+        assert check.valid() == expected, (data, blocks)

@@ -5,7 +5,7 @@
 created on first use with ``pip install -c locks/<tool>-<version>.txt <tool>==<version>`` (the lock pins
 every transitive package as installed when the version was chosen), and reused while the lock file is
 unchanged (its hash is stamped in the environment). A file lock makes concurrent first uses wait for one
-install. Drivers (``drivers/<tool>_driver.py``) run under the environment's python, import nothing from
+install. Drivers (``drivers/<tool>_driver.py``, sharing ``drivers/verdicts.py``) run under the environment's python, import nothing from
 the project, load files with the tool's own classes and print JSON verdicts.
 
     python tests/conformance/consumers.py install [TOOL ...]   # what `make conformance-env` runs

@@ -30,6 +30,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from verdicts import run_jobs
+
 # Before anything imports huggingface_hub: a private cache (in the working directory, which the suite
 # removes afterwards), and never the network.
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="aiperf-hf-home-", dir=os.getcwd())
@@ -135,20 +137,7 @@ CHECKS = {"sequence_distribution": sequence_distribution, "mooncake": mooncake}
 
 
 def main() -> int:
-    from importlib.metadata import version
-
-    jobs = json.loads(open(sys.argv[1]).read())
-    v = version("aiperf")
-    verdicts = []
-    for job in jobs:
-        base = {"consumer": "aiperf", "version": v, "check": job["check"], "file": job["file"], "error": None}
-        try:
-            base.update(CHECKS[job["check"]](job))
-        except Exception as exc:  # the consumer's own refusal is the verdict
-            base.update(ok=False, error=f"{type(exc).__name__}: {exc}", where=traceback.format_exc(limit=-2))
-        verdicts.append(base)
-    print(json.dumps(verdicts))
-    return 0
+    return run_jobs("aiperf", CHECKS)
 
 
 if __name__ == "__main__":

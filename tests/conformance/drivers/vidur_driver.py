@@ -17,11 +17,11 @@ Every other setting is the config's default. A verdict is ``{"ok": bool, "error"
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import sys
-import traceback
 from typing import Any
+
+from verdicts import run_jobs
 
 logging.disable(logging.CRITICAL)
 
@@ -93,20 +93,7 @@ CHECKS = {"trace_replay": trace_replay, "request_length": request_length, "reque
 
 
 def main() -> int:
-    from importlib.metadata import version
-
-    jobs = json.loads(open(sys.argv[1]).read())
-    v = version("vidur")
-    verdicts = []
-    for job in jobs:
-        base = {"consumer": "vidur", "version": v, "check": job["check"], "file": job["file"], "error": None}
-        try:
-            base.update(CHECKS[job["check"]](job))
-        except Exception as exc:  # the consumer's own refusal is the verdict
-            base.update(ok=False, error=f"{type(exc).__name__}: {exc}", where=traceback.format_exc(limit=-2))
-        verdicts.append(base)
-    print(json.dumps(verdicts))
-    return 0
+    return run_jobs("vidur", CHECKS)
 
 
 if __name__ == "__main__":

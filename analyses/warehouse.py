@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analyses.schema import TABLES, Table, conform
@@ -353,7 +354,10 @@ class RunStaging:
         if w is None:
             d = self.table_dir(table)
             d.mkdir(parents=True, exist_ok=True)
-            w = pq.ParquetWriter(d / f"{prefix}-a.parquet", batch.schema, compression="zstd")
+            # min/max of a string column cost a third of the encoding and prune nothing here
+            # (every row group of a run holds every metric name); numbers keep theirs
+            stats = [f.name for f in batch.schema if not pa.types.is_large_string(f.type)]
+            w = pq.ParquetWriter(d / f"{prefix}-a.parquet", batch.schema, compression="zstd", write_statistics=stats)
             self._writers[(table, prefix)] = w
         w.write_table(batch)
 

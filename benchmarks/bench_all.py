@@ -19,7 +19,7 @@ Sections (``--only`` picks some):
 * ``demo``: ``python -m pipelines.demo`` on a fresh warehouse and Dagster instance: its wall time
   and its cross-run job in fit units.
 
-Run: ``.venv/bin/python benchmarks/bench_all.py`` (~10 min) or ``--quick`` (~2 min: smaller
+Run: ``.venv/bin/python benchmarks/bench_all.py`` (~20 min) or ``--quick`` (~3 min: smaller
 inputs, fewer samples, no fidelity). Inputs go to ``--work`` (default /tmp/polytrace-bench),
 never into the repository.
 """

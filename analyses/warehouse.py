@@ -354,8 +354,9 @@ class RunStaging:
         if w is None:
             d = self.table_dir(table)
             d.mkdir(parents=True, exist_ok=True)
-            # min/max of a string column cost a third of the encoding and prune nothing here
-            # (every row group of a run holds every metric name); numbers keep theirs
+            # min/max of a string column cost a third of the encoding and prune nothing here (a
+            # row group is one reader chunk: it holds that chunk's whole mix of names and paths);
+            # numbers keep theirs
             stats = [f.name for f in batch.schema if not pa.types.is_large_string(f.type)]
             w = pq.ParquetWriter(d / f"{prefix}-a.parquet", batch.schema, compression="zstd", write_statistics=stats)
             self._writers[(table, prefix)] = w

@@ -337,7 +337,6 @@ def _utf8_valid(data: bytes | memoryview) -> bool:
         return True
     import pyarrow as pa  # on first use: most commands never validate a plain file
 
-
     offsets = pa.py_buffer(np.array([0, len(data)], dtype=np.int64).tobytes())
     value = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
     try:

@@ -157,7 +157,7 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
     too_many: pl.Expr = pl.lit(False)
     # max_pairs separators take 3 x max_pairs bytes: only a tail that long is counted
     longest = lines.get_column("tail").str.len_bytes().max()
-    if longest is not None and longest >= max_pairs * len(_PAIR_SEP):  # type: ignore[operator]
+    if longest is not None and longest >= max_pairs * len(_PAIR_SEP):
         too_many = pl.col("tail").str.count_matches(_PAIR_SEP, literal=True) >= max_pairs
     good_head = pl.col("step_ok") & pl.col("tail").is_not_null() & ~too_many.fill_null(False)
     line_rejects = _EMPTY_REJECTS

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from analyses import figures as F
 from analyses.views.group import ReadView, View, ViewGroup
-from analyses.views.sql import QUANTILE_DEFINITION, disc_quantiles, ratio
+from analyses.views.sql import QUANTILE_DEFINITION, disc_quantiles, in_partial_step, ratio
 
 # Relative change of the median response length that counts as a shift (see length_drift).
 SHIFT_MIN_RATIO = 1.25
@@ -21,14 +21,14 @@ SHIFT_WINDOW = 3
 
 SAMPLE_LENGTHS = View(
     "sample_lengths",
-    """
+    f"""
 WITH s AS (
     SELECT s.run_id, coalesce(s.task, r.task, 'unknown') AS task, s.step, s.sample_id,
            coalesce(s.group_id, s.sample_id) AS prompt_key, s.prompt_tokens, s.response_tokens,
            coalesce(s.truncated, s.response_tokens >= r.max_response_length) AS response_truncated,
            s.prompt_tokens >= r.max_prompt_length AS prompt_truncated,
-           coalesce(h.partial, false) AS partial_step
-    FROM samples s LEFT JOIN runs r USING (run_id) LEFT JOIN training_health h USING (run_id, step)
+           {in_partial_step("s")} AS partial_step
+    FROM samples s LEFT JOIN runs r USING (run_id)
     WHERE NOT coalesce(s.validate, false)
 )
 SELECT run_id, task, step, 'response' AS kind, response_tokens AS tokens, response_truncated AS truncated, partial_step

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from analyses import figures as F
 from analyses.views.group import ReadView, View, ViewGroup
-from analyses.views.sql import ratio, training_rows
+from analyses.views.sql import in_partial_step, ratio, training_rows
 
 # turns and tool calls of validation samples are not part of the training workload
 _turns = training_rows("turns")
@@ -35,23 +35,23 @@ WITH t AS (
 )
 -- a trajectory has turn rows, or turn counts on its sample, or both: one full join (a union of
 -- the keys joined back to both sides cost twice as much at 14 M trajectories)
-SELECT run_id, step, sample_id, coalesce(h.partial, false) AS partial_step,
-       coalesce(s.n_turns, t.turn_rows) AS n_turns,
-       coalesce(s.n_tool_calls, c.call_rows, 0) AS n_tool_calls,
-       t.prompt_tokens, t.cached_tokens, t.completion_tokens, t.engine_latency_s
-FROM t FULL JOIN s USING (run_id, step, sample_id)
-LEFT JOIN c USING (run_id, step, sample_id) LEFT JOIN training_health h USING (run_id, step)
+SELECT run_id, step, sample_id, {in_partial_step("k")} AS partial_step,
+       coalesce(k.n_turns, k.turn_rows) AS n_turns,
+       coalesce(k.n_tool_calls, c.call_rows, 0) AS n_tool_calls,
+       k.prompt_tokens, k.cached_tokens, k.completion_tokens, k.engine_latency_s
+FROM (SELECT * FROM t FULL JOIN s USING (run_id, step, sample_id)) k LEFT JOIN c USING (run_id, step, sample_id)
 """,
     "One row per trajectory: partial_step (its step is partial), n_turns, n_tool_calls, and over its turns: prompt_tokens, cached_tokens, "
     "completion_tokens, engine_latency_s (sums).",
 )
 
 # turns of full steps only (a partial step's turns are shown in trajectories, never averaged)
-_full_turns = f"(SELECT u.* FROM {_turns} u ANTI JOIN (SELECT run_id, step FROM training_health WHERE partial) p USING (run_id, step))"
+_full_turns = f"(SELECT * EXCLUDE (in_partial) FROM (SELECT u.*, {in_partial_step('u')} AS in_partial FROM {_turns} u) WHERE NOT in_partial)"
 
 MULTITURN = View(
     "multiturn",
     f"""
+WITH per_run AS (
 SELECT run_id, count(*) FILTER (WHERE NOT partial_step) AS trajectories,
        count(*) FILTER (WHERE partial_step) AS partial_trajectories,
        avg(n_turns) FILTER (WHERE NOT partial_step) AS turns_mean,
@@ -62,10 +62,15 @@ SELECT run_id, count(*) FILTER (WHERE NOT partial_step) AS trajectories,
        quantile_disc(n_tool_calls, 0.9) FILTER (WHERE NOT partial_step) AS tool_calls_p90,
        max(n_tool_calls) FILTER (WHERE NOT partial_step) AS tool_calls_max,
        {ratio("sum(cached_tokens) FILTER (WHERE NOT partial_step)", "sum(prompt_tokens) FILTER (WHERE NOT partial_step)")}
-           AS prefix_cache_share,
-       (SELECT quantile_disc(engine_latency_s, 0.5) FROM {_full_turns} u WHERE u.run_id = tr.run_id) AS turn_latency_p50_s,
-       (SELECT quantile_disc(engine_latency_s, 0.99) FROM {_full_turns} u WHERE u.run_id = tr.run_id) AS turn_latency_p99_s
-FROM trajectories tr GROUP BY run_id
+           AS prefix_cache_share
+FROM trajectories GROUP BY run_id
+), latency AS (
+    -- one pass over the turns for both quantiles (a subquery per column scanned them twice)
+    SELECT run_id, quantile_disc(engine_latency_s, 0.5) AS turn_latency_p50_s,
+           quantile_disc(engine_latency_s, 0.99) AS turn_latency_p99_s
+    FROM {_full_turns} GROUP BY run_id
+)
+SELECT per_run.*, latency.turn_latency_p50_s, latency.turn_latency_p99_s FROM per_run LEFT JOIN latency USING (run_id)
 """,
     "Per run, over the trajectories of full steps: trajectories, partial_trajectories (of partial steps: counted, "
     "left out of the rest), turns per trajectory (mean, p50, p90, max), tool calls per trajectory (mean, p90, "

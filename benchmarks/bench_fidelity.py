@@ -5,7 +5,7 @@ DAPO 20260610_092349 and 20260614_023133, rllm 20260616_024512, Search-R1 0617_0
 ingested once into ``benchmarks/out/fidelity_wh`` with ``polytrace ingest``; then ``polytrace
 fidelity --all --format json`` runs in a subprocess (the command a user types, 200 seeds per
 origin), timed by wall clock and by the child's CPU time (``os.wait4`` rusage). The fit unit
-(``benchmarks/fit_unit.py``) is timed in this process right before and after each run; the command
+(``benchmarks/fit_unit.py``, in a fresh interpreter) is timed right before and after each run; the command
 runs ``--repeat`` times (3) and the smallest ratio is reported, with PASS/MISS, and the fidelity
 table with the criterion's targets.
 

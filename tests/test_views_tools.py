@@ -93,3 +93,22 @@ def test_validation_turns_and_calls_left_out(tmp_path: Path) -> None:
     m = rows(con, "SELECT * FROM multiturn")[0]
     assert (m["trajectories"], m["turn_latency_p99_s"], m["prefix_cache_share"]) == (1, 1.0, 0.0)
     assert rows(con, "SELECT turn, n FROM multiturn_by_turn") == [{"turn": 0, "n": 1}]
+
+
+def test_turns_without_a_sample_id_keep_their_turn_count(tmp_path: Path) -> None:
+    # a source that numbers turns but names no sample: its two turns are one trajectory of 2 turns
+    # (a union of keys joined back on sample_id = NULL used to give it n_turns NULL)
+    root = tmp_path / "wh"
+    stage_run(
+        root,
+        "n",
+        {
+            "samples": {"step": [0], "sample_id": ["s1"], "n_turns": [1]},
+            "turns": {"step": [0, 0, 0], "sample_id": [None, None, "s1"], "turn": [0, 1, 0],
+                      "engine_latency_s": [1.0, 2.0, 3.0]},
+        },
+    )
+    con = open_wh(root)
+    got = rows(con, "SELECT sample_id, n_turns, engine_latency_s FROM trajectories ORDER BY sample_id NULLS LAST")
+    assert got == [{"sample_id": "s1", "n_turns": 1, "engine_latency_s": 3.0},
+                   {"sample_id": None, "n_turns": 2, "engine_latency_s": 3.0}]

@@ -233,22 +233,38 @@ def section_ingest(work: Path, size_gb: float, repeat: int, got: dict, notes: li
                  f"(the real Qwen log repeated); at 4x the whole ingest runs at {at4:.2f}x the floor")
 
 
+_STEP0_RECORD = b'{"step": 0,'
+
+
+def as_step(data: bytes, step: int) -> bytes:
+    """The real step-0 file's records as step ``step``: every line starts ``{"step": 0,``.
+
+    A copy left at step 0 under another step's file name is a file whose every record contradicts
+    its name: the reader rejects all of them, and the bench would time the reject path.
+    """
+    lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    if data.count(_STEP0_RECORD) != lines or not data.startswith(_STEP0_RECORD):
+        raise SystemExit(f"{V2_STEP0}: expected every line to start with {_STEP0_RECORD!r}")
+    return data.replace(_STEP0_RECORD, b'{"step": %d,' % step)
+
+
+def _v2_dir(d: Path, data: bytes, n: int) -> Path:
+    """``n`` files ``multiturn_workload_step_<i>.jsonl``, each ``data`` as step i (rebuilt when not so)."""
+    last = d / f"multiturn_workload_step_{n - 1}.jsonl"
+    if not (len(list(d.glob("*.jsonl"))) == n and last.exists() and last.read_bytes()[:40] == as_step(data[:40], n - 1)):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        for i in range(n):
+            (d / f"multiturn_workload_step_{i}.jsonl").write_bytes(as_step(data, i))
+    return d
+
+
 def build_v2(work: Path, gb: float) -> tuple[Path, Path]:
     data = V2_STEP0.read_bytes()
-    big, small = work / f"v2_{gb:g}gb", work / "v2_small"
     n = max(1, -(-int(gb * 1e9) // len(data)))
-    if not big.exists() or len(list(big.glob("*.jsonl"))) != n:
-        shutil.rmtree(big, ignore_errors=True)
-        big.mkdir(parents=True)
-        for i in range(n):
-            (big / f"multiturn_workload_step_{i}.jsonl").write_bytes(data)
     head = data[:SMALL_FILE_BYTES]
     head = head[: head.rfind(b"\n") + 1]  # whole lines only
-    if not small.exists():
-        small.mkdir(parents=True)
-        for i in range(SMALL_FILES):
-            (small / f"multiturn_workload_step_{i}.jsonl").write_bytes(head)
-    return big, small
+    return _v2_dir(work / f"v2_{gb:g}gb", data, n), _v2_dir(work / "v2_small", head, SMALL_FILES)
 
 
 def section_v2(work: Path, gb: float, repeat: int, got: dict, notes: list[str]) -> None:
@@ -259,6 +275,8 @@ def section_v2(work: Path, gb: float, repeat: int, got: dict, notes: list[str]) 
     ours = best("v2_ours", big, repeat)
     floor = best("v2_floor", big, repeat)
     few = best("v2_ours", small, repeat)
+    if ours["out"] != floor["out"]:  # every record must land, or the bench times the reject path
+        raise SystemExit(f"v2: our reader kept {ours['out']:,} records, read_json read {floor['out']:,}")
     print(f"  v2 {size / 1e6:,.0f} MB: ours {ours['seconds']:.2f} s (runs {ours['all']}), read_json "
           f"{floor['seconds']:.2f} s; {SMALL_FILES} small files {few['seconds']:.3f} s", flush=True)
     got["v2_vs_read_json"] = floor["seconds"] / ours["seconds"]

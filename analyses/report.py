@@ -95,18 +95,21 @@ def shared_views_once(con: duckdb.DuckDBPyConnection, runs: list[str]) -> Iterat
     """Within the block, :func:`report_views` are temp tables of their rows for ``runs`` (every view
     is per run, so the views built on them give the same rows for those runs); dropped on exit."""
     made = []
-    # a view's rows have no order (none sorts; the figures and headlines sort their own): keeping
-    # the scan's order while materializing made sample_lengths 2.6x slower at 51 M samples
+    # a view's rows have no order (none sorts): keeping the scan's order while materializing made
+    # sample_lengths 2.6x slower at 51 M samples. Only the materializing goes without it: a
+    # headline's ORDER BY sits in a subquery under a filter, and holds there only with it
     keep_order = con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()[0]
-    con.execute("SET preserve_insertion_order = false")
     try:
-        for name in report_views():
-            con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM main."{name}" WHERE run_id IN (SELECT unnest($1))',
-                        [runs])
-            made.append(name)
+        con.execute("SET preserve_insertion_order = false")
+        try:
+            for name in report_views():
+                con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM main."{name}" '
+                            "WHERE run_id IN (SELECT unnest($1))", [runs])
+                made.append(name)
+        finally:
+            con.execute(f"SET preserve_insertion_order = {bool(keep_order)}")
         yield
     finally:
-        con.execute(f"SET preserve_insertion_order = {bool(keep_order)}")
         for name in reversed(made):
             con.execute(f'DROP TABLE IF EXISTS temp."{name}"')
 
@@ -126,7 +129,7 @@ def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: Vi
     q = read("length_quantiles")
     head = q.filter(pl.col("kind") == "response").select(
         "run_id", "task", "n", pl.col("mean").round(1), "p50", "p90", "p99", "p999", "max",
-        pl.col("max_over_mean").round(2), pl.col("p99_over_p50").round(2))
+        pl.col("max_over_mean").round(2), pl.col("p99_over_p50").round(2)).sort("run_id", "task")
     cdf = read("length_cdf")
     figs = [
         FigureSpec("compare__cdf_response", F.length_cdf_figure(cdf, q, "response"), True),

@@ -38,6 +38,22 @@ def test_all_runs_report_is_self_contained(wh: Path, tmp_path: Path) -> None:
     assert "quantile_disc" in text  # view definitions are in the page
 
 
+def test_the_comparison_table_is_in_run_order_whatever_order_the_view_gives(wh: Path) -> None:
+    # a view's rows have no order (the report materializes them without keeping one): the
+    # headlines sort in their SQL, the comparison table sorts itself
+    con = PolyTrace(wh).connect()
+    runs = R.selected_runs(con, None)
+    base = R.view_reader(con, runs)
+
+    def reversed_rows(name: str):  # noqa: ANN202 - a polars frame
+        df = base(name)
+        return df.sort("run_id", descending=True) if name == "length_quantiles" else df
+
+    assert base("length_quantiles").get_column("run_id").n_unique() >= 2
+    ids = R.comparison_section(con, runs, reversed_rows).headline.get_column("run_id").to_list()
+    assert ids == sorted(ids)
+
+
 def test_single_run_has_no_comparison_and_says_what_is_missing(wh: Path, tmp_path: Path) -> None:
     res = PolyTrace(wh).report(tmp_path / "a.html", runs=["agent-b"], png=False)
     groups = {s.group: s for s in res.sections}

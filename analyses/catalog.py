@@ -54,7 +54,7 @@ def base_table_ddl(root: Path, relative: bool = False) -> tuple[list[str], list[
     for name, t in TABLES.items():
         parts = [pub[r].tables[name] for r in sorted(pub) if name in pub[r].tables]
         files.extend(str(base / f.path) for f in parts)
-        rels = [f.path for f in _view_files(parts)]
+        rels = [f.path for f in view_files(parts)]
         cols = ", ".join(f'"{c}"' for c in t.columns)
         if rels:
             listed = ", ".join(_sql_str(p if relative else str(base / p)) for p in rels)
@@ -67,7 +67,7 @@ def base_table_ddl(root: Path, relative: bool = False) -> tuple[list[str], list[
     return out, files
 
 
-def _view_files(parts: list[TableFile]) -> list[TableFile]:
+def view_files(parts: list[TableFile]) -> list[TableFile]:
     """The files a table's view lists: the non-empty ones, that nearest the mean row count first.
 
     DuckDB estimates a Parquet file list's rows as the first file's rows times the number of

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from analyses import catalog
-from analyses.catalog import _view_files
+from analyses.catalog import view_files
 from analyses.cli import main
 from analyses.schema import TABLES
 from analyses.warehouse import TableFile, published_runs
@@ -25,13 +25,13 @@ REPO = Path(__file__).resolve().parents[1]
 def test_empty_parts_are_left_out_and_the_part_nearest_the_mean_leads() -> None:
     parts = [TableFile(f"p{i}", rows, 100) for i, rows in enumerate([0, 10, 0, 1000, 30, 50])]
     # non-empty: 10, 1000, 30, 50; mean 272.5; nearest 50 (222.5 away), the others keep their order
-    assert [f.path for f in _view_files(parts)] == ["p5", "p1", "p3", "p4"]
+    assert [f.path for f in view_files(parts)] == ["p5", "p1", "p3", "p4"]
 
 
 def test_no_part_or_one_part() -> None:
-    assert _view_files([]) == []
-    assert _view_files([TableFile("a", 0, 1)]) == []
-    assert _view_files([TableFile("a", 0, 1), TableFile("b", 7, 1)]) == [TableFile("b", 7, 1)]
+    assert view_files([]) == []
+    assert view_files([TableFile("a", 0, 1)]) == []
+    assert view_files([TableFile("a", 0, 1), TableFile("b", 7, 1)]) == [TableFile("b", 7, 1)]
 
 
 @pytest.fixture(scope="module")

@@ -282,8 +282,8 @@ def section_v2(work: Path, gb: float, repeat: int, got: dict, notes: list[str]) 
     got["v2_vs_read_json"] = floor["seconds"] / ours["seconds"]
     got["v2_small_file_ms"] = few["seconds"] / SMALL_FILES * 1000
     one = next(small.glob("*.jsonl")).stat().st_size
-    notes.append(f"v2: {size / 1e6:,.0f} MB in {len(list(big.glob('*.jsonl')))} copies of the real step 0; "
-                 f"{SMALL_FILES} files of {one:,} bytes (its first lines)")
+    notes.append(f"v2: {size / 1e6:,.0f} MB in {len(list(big.glob('*.jsonl')))} copies of the real step 0, each "
+                 f"renumbered to the step its name says; {SMALL_FILES} files of {one:,} bytes (its first lines)")
 
 
 def build_catalog(root: Path, runs: int) -> int:

@@ -19,7 +19,8 @@ Sections (``--only`` picks some):
 * ``demo``: ``python -m pipelines.demo`` on a fresh warehouse and Dagster instance: its wall time
   and its cross-run job in fit units.
 
-Run: ``.venv/bin/python benchmarks/bench_all.py`` (~20 min) or ``--quick`` (~3 min: smaller
+Run: ``.venv/bin/python benchmarks/bench_all.py`` (~8 min once its inputs are built; building them
+the first time adds ~8) or ``--quick`` (~3 min: smaller
 inputs, fewer samples, no fidelity). Inputs go to ``--work`` (default /tmp/polytrace-bench),
 never into the repository.
 """
@@ -251,12 +252,18 @@ def as_step(data: bytes, step: int) -> bytes:
 def _v2_dir(d: Path, data: bytes, n: int) -> Path:
     """``n`` files ``multiturn_workload_step_<i>.jsonl``, each ``data`` as step i (rebuilt when not so)."""
     last = d / f"multiturn_workload_step_{n - 1}.jsonl"
-    if not (len(list(d.glob("*.jsonl"))) == n and last.exists() and last.read_bytes().startswith(b'{"step": %d,' % (n - 1))):
+    first_record = as_step(_STEP0_RECORD, n - 1)
+    if not (len(list(d.glob("*.jsonl"))) == n and last.exists() and _head(last, len(first_record)) == first_record):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
         for i in range(n):
             (d / f"multiturn_workload_step_{i}.jsonl").write_bytes(as_step(data, i))
     return d
+
+
+def _head(path: Path, n: int) -> bytes:
+    with path.open("rb") as f:
+        return f.read(n)
 
 
 def build_v2(work: Path, gb: float) -> tuple[Path, Path]:
@@ -480,7 +487,7 @@ def table(got: dict[str, float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small inputs, fewer samples, no fidelity (~2 min)")
+    ap.add_argument("--quick", action="store_true", help="small inputs, fewer samples, no fidelity (~3 min)")
     ap.add_argument("--only", default="ingest,v2,catalog,views,fit,fidelity,incremental,demo")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("POLYTRACE_BENCH_WORK", "/tmp/polytrace-bench")))

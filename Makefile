@@ -40,7 +40,7 @@ ui: $(STAMP)
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
 # every issue-14 target, side by side, best of 3, one PASS/MISS table (~8 min once its inputs are built,
-# ~8 more the first time; BENCH_ARGS=--quick ~3 min);
+# ~4 more the first time; BENCH_ARGS=--quick ~3 min);
 # the single-topic harnesses (bench_verl_reader.py, bench_kineto_vs_hta.py, ...) run on their own
 bench: $(STAMP)
 	$(PY) benchmarks/bench_all.py $(BENCH_ARGS)

@@ -20,7 +20,7 @@ Sections (``--only`` picks some):
   and its cross-run job in fit units.
 
 Run: ``.venv/bin/python benchmarks/bench_all.py`` (~8 min once its inputs are built; building them
-the first time adds ~8) or ``--quick`` (~3 min: smaller
+the first time adds ~4) or ``--quick`` (~3 min: smaller
 inputs, fewer samples, no fidelity). Inputs go to ``--work`` (default /tmp/polytrace-bench),
 never into the repository.
 """

@@ -40,6 +40,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -60,8 +61,9 @@ DEFAULT_BLOCK_BYTES = 32 * 1024 * 1024
 DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
 _FAST_MAX_LINE = 1 << 20  # longer lines go through the block reader, which bounds batches by bytes
 # a plain file this small is read once, its lines split from the bytes (a PolyTrace step file
-# is ~10 KB: opening and scanning it three times cost more than splitting it)
-_SMALL_FILE_BYTES = 1 << 20
+# is 10 KB to 3.4 MB: opening and scanning it three times cost more than splitting it; 3.4 MB
+# multi-turn files read 1.7 ms faster each, 18.5 instead of 20.3 ms)
+_SMALL_FILE_BYTES = 4 << 20
 _TEXT_CHECK_BYTES = 64 * 1024
 _MAX_BAD_FRACTION = 0.10  # share of NUL/control/undecodable characters above which a file is "not text"
 _TEXT_CONTROLS = "\t\n\r\x0b\x0c\x08\x1b"  # control characters real logs hold (ANSI escapes, tabs, ...)
@@ -266,8 +268,67 @@ def _split_batches(df: pl.DataFrame, n_lines: int, rows: int, contains: str | No
 
 def _scan_plain(path: Path, max_line_bytes: int) -> _PlainScan:
     """One byte-level pass over a plain file: line count, longest line, NUL bytes, UTF-8 validity
-    (numpy over 8 MiB blocks; memory bounded by a block whatever the lines)."""
-    return _scan_blocks(_raw_blocks(path, 8 << 20), max_line_bytes)
+    (numpy over 8 MiB blocks; memory bounded by a block per thread whatever the lines).
+
+    Nothing is parsed until this pass is done, so a large file is scanned in parts on Polars'
+    threads (numpy, the reads and Arrow's UTF-8 check release the GIL): each part starts right
+    after a newline, so no line and no character spans two parts and their scans combine
+    exactly. On a 300 MB verl log: 0.155 s on one thread, 0.07-0.08 s on two.
+    """
+    bounds = _part_bounds(path, min(pl.thread_pool_size(), _MAX_SCAN_PARTS))
+    if len(bounds) <= 2:
+        return _scan_blocks(_raw_blocks(path, _SCAN_BLOCK_BYTES), max_line_bytes)
+    ranges = list(zip(bounds, bounds[1:], strict=False))
+    with ThreadPoolExecutor(len(ranges), thread_name_prefix="line-scan") as pool:
+        parts = list(pool.map(lambda r: _scan_blocks(_range_blocks(path, *r), max_line_bytes), ranges))
+    return _PlainScan(
+        n_lines=sum(s.n_lines for s in parts),
+        longest=max(s.longest for s in parts),
+        has_nul=any(s.has_nul for s in parts),
+        valid_utf8=all(s.valid_utf8 for s in parts),
+        max_line_bytes=max_line_bytes,
+    )
+
+
+_SCAN_BLOCK_BYTES = 8 << 20
+_SCAN_PART_MIN_BYTES = 64 << 20  # below this, a thread costs more than the half scan it saves
+_MAX_SCAN_PARTS = 4
+
+
+def _part_bounds(path: Path, parts: int) -> list[int]:
+    """Offsets ``[0, ..., size]`` cutting ``path`` into up to ``parts`` ranges, each cut right
+    after the first newline within 1 MiB past an equal share; a share without one is not cut (a
+    file of such long lines goes to the block reader anyway), nor is a small file."""
+    size = path.stat().st_size
+    parts = max(1, min(parts, size // _SCAN_PART_MIN_BYTES))
+    cuts = [0]
+    with open(path, "rb") as fh:
+        for i in range(1, parts):
+            fh.seek(size * i // parts)
+            near = fh.read(1 << 20)
+            nl = near.find(b"\n")
+            if nl < 0:
+                continue
+            cut = size * i // parts + nl + 1
+            if cut > cuts[-1] and cut < size:
+                cuts.append(cut)
+    return [*cuts, size]
+
+
+def _range_blocks(path: Path, start: int, end: int) -> Iterator[bytes]:
+    """The bytes ``[start, end)`` of a plain file in blocks of at most ``_SCAN_BLOCK_BYTES``."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            left = end - start
+            while left > 0:
+                data = fh.read(min(_SCAN_BLOCK_BYTES, left))
+                if not data:
+                    return  # the file shrank: the line scan that follows reports it
+                left -= len(data)
+                yield data
+    except OSError as exc:
+        raise UnreadableFile(f"{path.name}: {type(exc).__name__}: {exc}") from exc
 
 
 def _scan_blocks(blocks: Iterable[bytes], max_line_bytes: int) -> _PlainScan:

@@ -77,3 +77,36 @@ def beside(fn: Callable[[], Any]) -> tuple[Timing, Timing, Any]:
 
 def verdict(ratio: float, limit: float) -> str:
     return "PASS" if ratio <= limit else "MISS"
+
+
+_VARIANTS_CHILD = f"""
+import json, time
+import numpy as np, scipy
+from scipy import stats
+out = {{"scipy": scipy.__version__}}
+for s, scale, seed in ((0.8, 300.0, 0), (1.0, 1.0, 0), (0.5, 1.0, 42), (1.5, 1.0, 1), (2.0, 1.0, 7)):
+    x = stats.lognorm.rvs(s, scale=scale, size={UNIT_N}, random_state=np.random.default_rng(seed))
+    runs = []
+    for _ in range(3):
+        t = time.perf_counter(); stats.lognorm.fit(x); runs.append(time.perf_counter() - t)
+    out[f"lognorm.fit s={{s}} scale={{scale}} seed={{seed}}"] = min(runs)
+x = stats.lognorm.rvs(0.8, scale=300.0, size={UNIT_N}, random_state=np.random.default_rng(0))
+t = time.perf_counter(); stats.lognorm.fit(x, floc=0); out["lognorm.fit floc=0 (closed form)"] = time.perf_counter() - t
+t = time.perf_counter(); stats.rv_continuous.fit(stats.lognorm, x)
+out["rv_continuous.fit (the generic Nelder-Mead fit)"] = time.perf_counter() - t
+print(json.dumps(out))
+"""
+
+
+def unit_variants() -> dict[str, Any]:
+    """The unit's fit on other seeded shapes, the closed-form fit and scipy's generic one, each in
+    a fresh interpreter: what the unit can read on this machine and scipy."""
+    out = subprocess.run([sys.executable, "-c", _VARIANTS_CHILD], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")})
+    return json.loads(out.stdout)
+
+
+if __name__ == "__main__":  # python benchmarks/fit_unit.py: the unit and its variants, in seconds
+    print(f"fit unit: {fit_unit().wall:.4f} s wall")
+    for name, value in unit_variants().items():
+        print(f"{name}: {value if isinstance(value, str) else f'{value:.4f} s'}")

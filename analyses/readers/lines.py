@@ -273,11 +273,12 @@ def _scan_plain(path: Path, max_line_bytes: int) -> _PlainScan:
     Nothing is parsed until this pass is done, so a large file is scanned in parts on Polars'
     threads (numpy, the reads and Arrow's UTF-8 check release the GIL): each part starts right
     after a newline, so no line and no character spans two parts and their scans combine
-    exactly. On a 300 MB verl log: 0.155 s on one thread, 0.07-0.08 s on two.
+    exactly. On a 300 MB verl log, in a fresh process: 0.18 s before (one thread, a new block per
+    read), 0.10 s now.
     """
     bounds = _part_bounds(path, min(pl.thread_pool_size(), _MAX_SCAN_PARTS))
     if len(bounds) <= 2:
-        return _scan_blocks(_raw_blocks(path, _SCAN_BLOCK_BYTES), max_line_bytes)
+        return _scan_blocks(_range_blocks(path, 0, bounds[-1]), max_line_bytes)
     ranges = list(zip(bounds, bounds[1:], strict=False))
     with ThreadPoolExecutor(len(ranges), thread_name_prefix="line-scan") as pool:
         parts = list(pool.map(lambda r: _scan_blocks(_range_blocks(path, *r), max_line_bytes), ranges))
@@ -315,23 +316,36 @@ def _part_bounds(path: Path, parts: int) -> list[int]:
     return [*cuts, size]
 
 
-def _range_blocks(path: Path, start: int, end: int) -> Iterator[bytes]:
-    """The bytes ``[start, end)`` of a plain file in blocks of at most ``_SCAN_BLOCK_BYTES``."""
+def _range_blocks(path: Path, start: int, end: int) -> Iterator[bytes | bytearray]:
+    """The bytes ``[start, end)`` of a plain file in blocks of at most ``_SCAN_BLOCK_BYTES``.
+
+    Whole blocks are read into one reused buffer, valid until the next block is asked for: a
+    fresh 8 MiB block per read page-faults its memory in every time, which cost as much as
+    scanning it (a fresh process scanned a 300 MB file in 0.15-0.17 s on two threads that way,
+    0.10 s with the buffer reused)."""
     try:
         with open(path, "rb") as fh:
             fh.seek(start)
             left = end - start
+            buf = bytearray(min(_SCAN_BLOCK_BYTES, max(left, 0)))
             while left > 0:
-                data = fh.read(min(_SCAN_BLOCK_BYTES, left))
-                if not data:
-                    return  # the file shrank: the line scan that follows reports it
-                left -= len(data)
-                yield data
+                if left < len(buf):
+                    data = fh.read(left)
+                    if data:
+                        yield data
+                    return
+                n = fh.readinto(buf)
+                if n < len(buf):  # the file shrank: the line scan that follows reports it
+                    if n:
+                        yield bytes(buf[:n])
+                    return
+                left -= n
+                yield buf
     except OSError as exc:
         raise UnreadableFile(f"{path.name}: {type(exc).__name__}: {exc}") from exc
 
 
-def _scan_blocks(blocks: Iterable[bytes], max_line_bytes: int) -> _PlainScan:
+def _scan_blocks(blocks: Iterable[bytes | bytearray], max_line_bytes: int) -> _PlainScan:
     n_nl, longest, run, has_nul = 0, 0, 0, False
     utf8 = Utf8Check()
     for block in blocks:

@@ -273,8 +273,8 @@ def _scan_plain(path: Path, max_line_bytes: int) -> _PlainScan:
     Nothing is parsed until this pass is done, so a large file is scanned in parts on Polars'
     threads (numpy, the reads and Arrow's UTF-8 check release the GIL): each part starts right
     after a newline, so no line and no character spans two parts and their scans combine
-    exactly. On a 300 MB verl log, in a fresh process: 0.18 s before (one thread, a new block per
-    read), 0.10 s now.
+    exactly. On a 300 MB verl log, in a fresh process: 0.18-0.20 s before (one thread, a new block
+    per read), 0.11-0.12 s now.
     """
     bounds = _part_bounds(path, min(pl.thread_pool_size(), _MAX_SCAN_PARTS))
     if len(bounds) <= 2:
@@ -320,9 +320,8 @@ def _range_blocks(path: Path, start: int, end: int) -> Iterator[bytes | bytearra
     """The bytes ``[start, end)`` of a plain file in blocks of at most ``_SCAN_BLOCK_BYTES``.
 
     Whole blocks are read into one reused buffer, valid until the next block is asked for: a
-    fresh 8 MiB block per read page-faults its memory in every time, which cost as much as
-    scanning it (a fresh process scanned a 300 MB file in 0.15-0.17 s on two threads that way,
-    0.10 s with the buffer reused)."""
+    fresh 8 MiB block per read page-faults its memory in every time, which in a fresh process
+    cost about as much as scanning the block."""
     try:
         with open(path, "rb") as fh:
             fh.seek(start)

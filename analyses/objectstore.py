@@ -13,11 +13,16 @@ so a cached one is never stale). Every read path (DuckDB views, ``scan_table``, 
 then runs unchanged on the mirror.
 
 Writers of one run id are kept apart by a lease object ``.locks/<run_id>.lease`` (owner, expiry)
-rather than an OS lock. Its limits: the S3 API reached through pyarrow has no compare-and-swap,
-so two writers that take a free lease within the same settle interval (:data:`LEASE_SETTLE_S`)
-can both go ahead; each still publishes a whole version (the later manifest ``PUT`` wins) and
-the loser's files are removed at the next publish. A writer that dies holds the lease until it
-expires (:data:`LEASE_TTL_S`); a writer slower than that can lose it.
+rather than an OS lock, taken and given back by conditional writes (:mod:`analyses.conditional_writes`):
+it is created only if absent, an expired one is replaced only if it is still the version read,
+and it is deleted only if it is still the holder's own. So of two writers that find it free (or
+expired) at once exactly one goes ahead, and a writer whose lease expired and was taken over
+cannot delete its successor's. A writer that dies holds the lease until it expires
+(:data:`LEASE_TTL_S`); a writer slower than that can lose it. On a store that ignores the
+conditions (found by a probe, once per store), the lease falls back to write, wait
+:data:`LEASE_SETTLE_S`, read back: two writers within that interval can then both go ahead; each
+still publishes a whole version (the later manifest ``PUT`` wins) and the loser's files are
+removed at the next publish.
 
 Credentials and endpoint come from the standard variables: ``AWS_ENDPOINT_URL``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``/``AWS_DEFAULT_REGION`` and
@@ -38,6 +43,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from analyses.conditional_writes import ConditionalStore, StoreRequestError
 from analyses.schema import TABLES
 from analyses.warehouse import MANIFESTS, PublishedRun, RunLocked, kill_point, read_published
 
@@ -45,6 +51,7 @@ SCHEME = "s3://"
 ENV_CACHE = "POLYTRACE_CACHE"
 LEASE_TTL_S = 3600.0
 LEASE_SETTLE_S = 0.5
+LOCKS = ".locks"
 
 
 class StoreError(Exception):
@@ -81,12 +88,20 @@ def s3_filesystem() -> pafs.S3FileSystem:
     return pafs.S3FileSystem(**kw)
 
 
-def describe(url: str, exc: OSError) -> StoreError:
+def _lease_doc(data: bytes) -> dict | None:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def describe(url: str, exc: Exception) -> StoreError:
     """One line saying which of the store's failures this is."""
     msg = str(exc)
-    if "NETWORK_CONNECTION" in msg or "curlCode" in msg:
+    if "NETWORK_CONNECTION" in msg or "curlCode" in msg or "Could not connect to the endpoint" in msg:
         why = f"cannot reach the endpoint {os.environ.get('AWS_ENDPOINT_URL') or '(AWS default)'}"
-    elif "NO_SUCH_BUCKET" in msg or "bucket does not exist" in msg:
+    elif "NO_SUCH_BUCKET" in msg or "NoSuchBucket" in msg or "bucket does not exist" in msg:
         why = "the bucket does not exist"
     elif any(k in msg for k in ("ACCESS_DENIED", "INVALID_ACCESS_KEY", "SIGNATURE_DOES_NOT_MATCH", "403",
                                 "InvalidAccessKeyId", "AccessDenied", "credentials")):
@@ -110,6 +125,7 @@ class ObjectWarehouse:
         base = cache or Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "polytrace" / "warehouses")
         where = f"{os.environ.get('AWS_ENDPOINT_URL', '')}|{self.url}"
         self.mirror = base / f"{bucket}-{hashlib.sha256(where.encode()).hexdigest()[:12]}"
+        self._cas: ConditionalStore | None = None
 
     def key(self, rel: str) -> str:
         return "/".join(p for p in (self.bucket, self.prefix, rel) if p)
@@ -195,36 +211,59 @@ class ObjectWarehouse:
     @contextmanager
     def lease(self, run_id: str, wait_s: float, ttl_s: float = LEASE_TTL_S) -> Iterator[None]:
         """Hold the run's writer lease (see the module notes for what it can and cannot promise)."""
-        rel = f".locks/{run_id}.lease"
+        rel = f"{LOCKS}/{run_id}.lease"
+        key = self.object_key(rel)
+        cas = self._conditional()
+        atomic = self._call_store(cas.honoured, self.object_key(LOCKS))
         me = uuid.uuid4().hex
         deadline = time.monotonic() + wait_s
         while True:
-            cur = self._lease(rel)
-            if cur is None or float(cur.get("expires", 0)) < time.time():
-                now = time.time()
-                doc = {"owner": me, "host": socket.gethostname(), "pid": os.getpid(), "since": now, "expires": now + ttl_s}
-                self._put(rel, json.dumps(doc).encode())
-                time.sleep(LEASE_SETTLE_S)  # a writer that raced us has overwritten it by now
-                if (self._lease(rel) or {}).get("owner") == me:
-                    break
-            elif time.monotonic() >= deadline:
-                raise RunLocked(f"run {run_id} is being written by pid {cur.get('pid')} on {cur.get('host')} "
-                                f"(lease {self.url}/{rel}); try again later")
+            now = time.time()
+            doc = json.dumps({"owner": me, "host": socket.gethostname(), "pid": os.getpid(), "since": now,
+                              "expires": now + ttl_s}).encode()
+            cur = self._call_store(cas.read, key)
+            holder = _lease_doc(cur[0]) if cur is not None else None
+            if cur is None:
+                held = self._call_store(cas.create, key, doc)
+            elif holder is None or float(holder.get("expires", 0)) < now:  # expired (or unreadable)
+                held = self._call_store(cas.replace, key, doc, cur[1])
+            else:
+                held = None
+            if held is not None and not atomic:
+                time.sleep(LEASE_SETTLE_S)  # the store ignores conditions: a writer that raced us has overwritten it by now
+                back = self._call_store(cas.read, key)
+                held = back[1] if back is not None and (_lease_doc(back[0]) or {}).get("owner") == me else None
+            if held is not None:
+                break
+            if holder is None or float(holder.get("expires", 0)) < now:
+                continue  # lost a race for a free lease: read the winner's at once (to wait on it, or to name it)
             if time.monotonic() >= deadline:
-                raise RunLocked(f"run {run_id}: lost the race for its lease {self.url}/{rel}; try again later")
+                raise RunLocked(f"run {run_id} is being written by pid {holder.get('pid')} on {holder.get('host')} "
+                                f"(lease {self.url}/{rel}); try again later")
             time.sleep(0.5)
         try:
             yield
         finally:
-            if (self._lease(rel) or {}).get("owner") == me:
-                self._call(self.fs.delete_file, self.key(rel))
+            # only our own version: after an expiry another writer may hold it now
+            if atomic:
+                self._call_store(cas.delete, key, held)
+            elif (_lease_doc((self._call_store(cas.read, key) or (b"",))[0]) or {}).get("owner") == me:
+                self._call_store(cas.delete_any, key)
 
-    def _lease(self, rel: str) -> dict | None:
-        data = self._get(rel)
+    def object_key(self, rel: str) -> str:
+        """``rel``'s key inside the bucket (:meth:`key` is the bucket and the key, for pyarrow)."""
+        return "/".join(p for p in (self.prefix, rel) if p)
+
+    def _conditional(self) -> ConditionalStore:
+        if self._cas is None:
+            self._cas = ConditionalStore(self.bucket)
+        return self._cas
+
+    def _call_store(self, fn, *args):  # noqa: ANN001, ANN202 - a thin error-translating wrapper
         try:
-            return json.loads(data) if data else None
-        except ValueError:
-            return None
+            return fn(*args)
+        except StoreRequestError as exc:
+            raise describe(self.url, exc) from exc
 
     def publish(self, local_root: Path, run_id: str) -> PublishedRun:
         """Upload the run version published in the local warehouse ``local_root``: its files

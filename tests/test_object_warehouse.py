@@ -1,6 +1,8 @@
 """A warehouse on a real S3-compatible server (moto's standalone server, a separate process on
 127.0.0.1): ingest → query → runs → report → fit give what the same steps give on local disk;
-an unusable store is a one-line usage error; a publish killed before its manifest shows nothing."""
+an unusable store is a one-line usage error; a publish killed before its manifest shows nothing;
+the writer lease is a compare-and-swap on the server (and best effort behind a proxy that drops
+the conditions, as some S3-compatible servers do)."""
 
 from __future__ import annotations
 
@@ -185,3 +187,144 @@ def test_refused_credentials_exit_2_with_one_line(tmp_path: Path, monkeypatch: p
         for argv in (["ingest", str(LOGS / "verl-gsm8k-ppo-v0.1")], ["runs"]):
             rc, _, err = _cli([*argv, "--warehouse", "s3://bucket/x"], capsys)
             assert rc == 2 and "credentials were refused" in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---------------------------------------------------------------------------- the writer lease
+
+
+def test_conditional_writes_hold_on_the_server(s3_env: str) -> None:
+    from analyses.conditional_writes import ConditionalStore
+
+    cas = ConditionalStore(s3_env)
+    first = cas.create("k", b"a")
+    assert first is not None and cas.create("k", b"b") is None  # If-None-Match: * on an existing key
+    assert cas.read("k") == (b"a", first)
+    assert cas.replace("k", b"c", '"not-its-etag"') is None
+    second = cas.replace("k", b"c", first)
+    assert second is not None and second != first and cas.read("k")[0] == b"c"
+    assert cas.replace("k", b"d", first) is None  # the version read is gone: the replace loses
+    assert not cas.delete("k", first) and cas.read("k") is not None  # not ours to delete any more
+    assert cas.delete("k", second) and cas.read("k") is None
+    assert cas.replace("k", b"e", second) is None and not cas.delete("k", second)  # nothing left to replace
+    assert cas.honoured(".locks")
+
+
+def _lease_owner(pt: PolyTrace, run_id: str) -> str | None:
+    got = pt.store._conditional().read(pt.store.object_key(f".locks/{run_id}.lease"))
+    return json.loads(got[0])["owner"] if got else None
+
+
+def test_a_held_lease_keeps_a_second_writer_out_and_names_its_holder(s3_env: str) -> None:
+    from analyses.warehouse import RunLocked
+
+    a, b = PolyTrace(f"s3://{s3_env}/lease"), PolyTrace(f"s3://{s3_env}/lease")
+    with a.store.lease("r1", wait_s=0):
+        t0 = time.monotonic()
+        with pytest.raises(RunLocked, match=rf"being written by pid {os.getpid()} on "), b.store.lease("r1", wait_s=1.0):
+            pass
+        assert time.monotonic() - t0 >= 1.0  # it waited for the lease before giving up
+        with b.store.lease("r2", wait_s=0):  # another run's lease is another object
+            pass
+    with b.store.lease("r1", wait_s=0):  # given back: the next writer takes it at once
+        assert _lease_owner(b, "r1") is not None
+    assert _lease_owner(b, "r1") is None
+
+
+def test_an_expired_lease_is_taken_over_and_its_old_holder_leaves_it_alone(s3_env: str) -> None:
+    a, b = PolyTrace(f"s3://{s3_env}/expiry"), PolyTrace(f"s3://{s3_env}/expiry")
+    held_by_a = a.store.lease("r", wait_s=0, ttl_s=0.0)  # expired as soon as taken: a writer slower than its TTL
+    held_by_a.__enter__()
+    old = _lease_owner(a, "r")
+    held_by_b = b.store.lease("r", wait_s=0)  # taken over at once, not waited for
+    held_by_b.__enter__()
+    new = _lease_owner(b, "r")
+    assert old is not None and new is not None and new != old
+    held_by_a.__exit__(None, None, None)
+    assert _lease_owner(b, "r") == new  # a's release deleted only its own version: b's lease stays
+    held_by_b.__exit__(None, None, None)
+    assert _lease_owner(b, "r") is None
+
+
+def test_of_two_writers_that_find_the_lease_free_only_one_takes_it(s3_env: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race, made to happen: b's lease lands between a's read (free) and a's write."""
+    from analyses.warehouse import RunLocked
+
+    a, b = PolyTrace(f"s3://{s3_env}/race"), PolyTrace(f"s3://{s3_env}/race")
+    cas_a, key = a.store._conditional(), a.store.object_key(".locks/r.lease")
+    real_read = cas_a.read
+
+    def read_then_b_writes(k: str) -> tuple[bytes, str] | None:
+        got = real_read(k)
+        if got is None:
+            doc = {"owner": "b", "host": "elsewhere", "pid": 1, "since": time.time(), "expires": time.time() + 60}
+            assert b.store._conditional().create(key, json.dumps(doc).encode()) is not None
+        return got
+
+    monkeypatch.setattr(cas_a, "read", read_then_b_writes)
+    with pytest.raises(RunLocked, match="pid 1 on elsewhere"), a.store.lease("r", wait_s=0):
+        pass
+    assert _lease_owner(b, "r") == "b"  # a's write was refused, not laid over b's
+
+
+@contextmanager
+def proxy_dropping_conditions(upstream: str) -> Iterator[str]:
+    """An HTTP proxy to ``upstream`` that drops If-Match and If-None-Match from every request: an
+    S3-compatible server that ignores conditional writes."""
+    import http.client
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    up = urlsplit(upstream)
+
+    class Forward(BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("if-match", "if-none-match")}
+            conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
+            conn.request(self.command, self.path, body=body or None, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            conn.close()
+
+        do_GET = do_PUT = do_DELETE = do_HEAD = do_POST = _forward
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_store_that_ignores_conditions_gets_the_settled_lease(s3_env: str, s3_server: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from analyses import objectstore
+    from analyses.conditional_writes import ConditionalStore
+    from analyses.warehouse import RunLocked
+
+    with proxy_dropping_conditions(s3_server) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy)
+        cas = ConditionalStore(s3_env)
+        assert cas.create("k", b"a") is not None and cas.create("k", b"b") is not None  # both "succeed"
+        assert not cas.honoured(".locks")
+        a, b = PolyTrace(f"s3://{s3_env}/plain"), PolyTrace(f"s3://{s3_env}/plain")
+        t0 = time.monotonic()
+        with a.store.lease("r", wait_s=0):
+            assert time.monotonic() - t0 >= objectstore.LEASE_SETTLE_S  # written, waited, read back
+            with pytest.raises(RunLocked, match=f"pid {os.getpid()}"), b.store.lease("r", wait_s=0):
+                pass  # a live lease still keeps a second writer out
+        assert _lease_owner(b, "r") is None

@@ -328,3 +328,22 @@ def test_a_store_that_ignores_conditions_gets_the_settled_lease(s3_env: str, s3_
             with pytest.raises(RunLocked, match=f"pid {os.getpid()}"), b.store.lease("r", wait_s=0):
                 pass  # a live lease still keeps a second writer out
         assert _lease_owner(b, "r") is None
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing bucket", "the bucket does not exist"),
+    ("bad endpoint", "cannot reach the endpoint"),
+])
+def test_the_lease_requests_fail_with_one_line(s3_env: str, case: str, message: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease's requests go through boto3, not pyarrow: their failures read the same."""
+    from analyses.objectstore import ObjectWarehouse, StoreError
+
+    url = f"s3://{s3_env}/x"
+    if case == "missing bucket":
+        url = "s3://no-such-bucket-here/x"
+    else:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(StoreError) as err, ObjectWarehouse(url).lease("r", wait_s=0):
+        pass
+    assert message in str(err.value) and len(str(err.value).splitlines()) == 1

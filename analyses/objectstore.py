@@ -88,12 +88,18 @@ def s3_filesystem() -> pafs.S3FileSystem:
     return pafs.S3FileSystem(**kw)
 
 
-def _lease_doc(data: bytes) -> dict | None:
+def _lease_doc(got: tuple[bytes, str] | None) -> dict | None:
+    """A lease object's document (as read: bytes and ETag), or None when absent or unreadable."""
     try:
-        doc = json.loads(data)
+        doc = json.loads(got[0]) if got is not None else None
     except ValueError:
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def _free(holder: dict | None, now: float) -> bool:
+    """No live lease: none, an unreadable one, or one past its expiry."""
+    return holder is None or float(holder.get("expires", 0)) < now
 
 
 def describe(url: str, exc: Exception) -> StoreError:
@@ -128,7 +134,8 @@ class ObjectWarehouse:
         self._cas: ConditionalStore | None = None
 
     def key(self, rel: str) -> str:
-        return "/".join(p for p in (self.bucket, self.prefix, rel) if p)
+        """``rel``'s path for pyarrow: the bucket, then :meth:`object_key`."""
+        return "/".join(p for p in (self.bucket, self.object_key(rel)) if p)
 
     # ------------------------------------------------------------ small object I/O
 
@@ -222,20 +229,20 @@ class ObjectWarehouse:
             doc = json.dumps({"owner": me, "host": socket.gethostname(), "pid": os.getpid(), "since": now,
                               "expires": now + ttl_s}).encode()
             cur = self._call_store(cas.read, key)
-            holder = _lease_doc(cur[0]) if cur is not None else None
+            holder = _lease_doc(cur)
             if cur is None:
                 held = self._call_store(cas.create, key, doc)
-            elif holder is None or float(holder.get("expires", 0)) < now:  # expired (or unreadable)
+            elif _free(holder, now):
                 held = self._call_store(cas.replace, key, doc, cur[1])
             else:
                 held = None
             if held is not None and not atomic:
                 time.sleep(LEASE_SETTLE_S)  # the store ignores conditions: a writer that raced us has overwritten it by now
                 back = self._call_store(cas.read, key)
-                held = back[1] if back is not None and (_lease_doc(back[0]) or {}).get("owner") == me else None
+                held = back[1] if back is not None and (_lease_doc(back) or {}).get("owner") == me else None
             if held is not None:
                 break
-            if holder is None or float(holder.get("expires", 0)) < now:
+            if _free(holder, now):
                 continue  # lost a race for a free lease: read the winner's at once (to wait on it, or to name it)
             if time.monotonic() >= deadline:
                 raise RunLocked(f"run {run_id} is being written by pid {holder.get('pid')} on {holder.get('host')} "
@@ -247,11 +254,11 @@ class ObjectWarehouse:
             # only our own version: after an expiry another writer may hold it now
             if atomic:
                 self._call_store(cas.delete, key, held)
-            elif (_lease_doc((self._call_store(cas.read, key) or (b"",))[0]) or {}).get("owner") == me:
+            elif (_lease_doc(self._call_store(cas.read, key)) or {}).get("owner") == me:
                 self._call_store(cas.delete_any, key)
 
     def object_key(self, rel: str) -> str:
-        """``rel``'s key inside the bucket (:meth:`key` is the bucket and the key, for pyarrow)."""
+        """``rel``'s key inside the bucket."""
         return "/".join(p for p in (self.prefix, rel) if p)
 
     def _conditional(self) -> ConditionalStore:

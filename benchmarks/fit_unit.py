@@ -59,8 +59,7 @@ print(json.dumps(runs))
 def fit_unit(repeats: int = 3) -> Timing:
     """The fastest of ``repeats`` lognorm fits on the same 200k samples, in a fresh interpreter
     (wall and CPU separately; see the module's docstring for why not in this process)."""
-    out = subprocess.run([sys.executable, "-c", _UNIT_CHILD.format(repeats=repeats)], capture_output=True,
-                         text=True, check=True, env={k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")})
+    out = _fresh(_UNIT_CHILD.format(repeats=repeats))
     runs = json.loads(out.stdout)
     return Timing(min(w for w, _c in runs), min(c for _w, c in runs))
 
@@ -99,11 +98,15 @@ print(json.dumps(out))
 
 
 def unit_variants() -> dict[str, Any]:
-    """The unit's fit on other seeded shapes, the closed-form fit and scipy's generic one, each in
-    a fresh interpreter: what the unit can read on this machine and scipy."""
-    out = subprocess.run([sys.executable, "-c", _VARIANTS_CHILD], capture_output=True, text=True, check=True,
-                         env={k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")})
-    return json.loads(out.stdout)
+    """The unit's fit on other seeded shapes, the closed-form fit and scipy's generic one, in one
+    fresh interpreter: what the unit can read with this machine and scipy."""
+    return json.loads(_fresh(_VARIANTS_CHILD).stdout)
+
+
+def _fresh(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter without glibc malloc tuning (see the module's docstring)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")})
 
 
 if __name__ == "__main__":  # python benchmarks/fit_unit.py: the unit and its variants, in seconds

@@ -301,7 +301,9 @@ def _part_bounds(path: Path, parts: int) -> list[int]:
     after the first newline within 1 MiB past an equal share; a share without one is not cut (a
     file of such long lines goes to the block reader anyway), nor is a small file."""
     size = path.stat().st_size
-    parts = max(1, min(parts, size // _SCAN_PART_MIN_BYTES))
+    parts = min(parts, size // _SCAN_PART_MIN_BYTES)
+    if parts <= 1:
+        return [0, size]
     cuts = [0]
     with open(path, "rb") as fh:
         for i in range(1, parts):

@@ -292,7 +292,7 @@ def _scan_plain(path: Path, max_line_bytes: int) -> _PlainScan:
 
 
 _SCAN_BLOCK_BYTES = 8 << 20
-_SCAN_PART_MIN_BYTES = 64 << 20  # below this, a thread costs more than the half scan it saves
+_SCAN_PART_MIN_BYTES = 64 << 20  # the smallest part given a thread (a choice: 64 MiB scans in ~0.035 s on one)
 _MAX_SCAN_PARTS = 4
 
 

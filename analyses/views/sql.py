@@ -45,8 +45,8 @@ def in_partial_step(alias: str) -> str:
 
     An ``EXISTS``, not a join: DuckDB then always builds its hash table on training_health's few
     rows. As a join the optimizer picks the build side from its estimates, and its estimate of
-    that view can exceed the rows it is joined to (64 M against 1 M samples at 51 M samples): it
-    then built on the samples, twice the time and a spill to disk.
+    that view can exceed the rows it is joined to (at 51 M samples it put training_health's
+    151,696 rows at 64 M): it then built on the samples, twice the time and a spill to disk.
     """
     return (f"EXISTS (SELECT 1 FROM training_health ph WHERE ph.partial AND ph.run_id = {alias}.run_id "
             f"AND ph.step = {alias}.step)")

@@ -24,6 +24,7 @@ import duckdb
 import polars as pl
 
 from analyses import catalog
+from analyses.alerts import Alert, Delivery, deliver, notify_urls, run_alerts, state_path
 from analyses.export.registry import export as export_spec
 from analyses.export.registry import format_names
 from analyses.export.spec import build_spec, read_spec, write_spec
@@ -242,6 +243,19 @@ class PolyTrace:
             return run_queries(con, sql)
         finally:
             con.close()
+
+    def alerts(self, runs: Iterable[str] | None = None) -> list[Alert]:
+        """The training-health alerts raised so far (``health_alerts``), by run and first step."""
+        con = self.connect()
+        try:
+            return run_alerts(con, runs)
+        finally:
+            con.close()
+
+    def notify(self, alerts: Iterable[Alert], urls: list[str] | None = None) -> Delivery:
+        """Send each of ``alerts`` not sent before to ``urls`` (default ``$POLYTRACE_NOTIFY``), once
+        (:func:`analyses.alerts.deliver`; what was sent is kept beside the warehouse)."""
+        return deliver(alerts, notify_urls() if urls is None else urls, state_path(self._sync()))
 
     def view(self, name: str, runs: Iterable[str] | None = None) -> pl.DataFrame:
         return view_frame(self.connect(), name, runs)

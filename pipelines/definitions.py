@@ -30,7 +30,7 @@ from dagster import (
     load_assets_from_modules,
 )
 
-from pipelines import checks
+from pipelines import alerts, checks
 from pipelines.assets import stage_modules
 from pipelines.executors import executor_from_env
 from pipelines.partitions import RUNS_PARTITIONS_NAME
@@ -58,7 +58,7 @@ def build_defs(warehouse: WarehouseResource | None = None, executor: ExecutorDef
     """The definitions, with ``warehouse`` and ``executor`` (default: each from the environment)."""
     modules = stage_modules()
     assets = list(load_assets_from_modules(modules))
-    asset_checks = list(load_asset_checks_from_modules([*modules, checks]))
+    asset_checks = list(load_asset_checks_from_modules([*modules, checks, alerts]))
     per_run = per_run_keys(assets)
     ingest_job = define_asset_job(
         INGEST_JOB_NAME,
@@ -75,7 +75,7 @@ def build_defs(warehouse: WarehouseResource | None = None, executor: ExecutorDef
         assets=assets,
         asset_checks=asset_checks,
         jobs=[ingest_job, cross_run_job],
-        sensors=[run_dirs_sensor, cross_run_automation(cross_run)],
+        sensors=[run_dirs_sensor, cross_run_automation(cross_run), alerts.health_alert_notifications],
         resources={"warehouse": warehouse if warehouse is not None else WarehouseResource.from_env()},
         # Runs (= run partitions) are the unit of parallelism: the UI and the sensor launch one
         # process per run; where its steps run is pipelines.executors' choice

@@ -87,6 +87,11 @@ EXPECTED_CHECK_KEYS = [
     "source_files:schema_matches_contract",
     "step_metrics:schema_matches_contract",
     "step_windows:schema_matches_contract",
+    "steps:alert_clip_ratio_high",
+    "steps:alert_entropy_collapse",
+    "steps:alert_response_length_collapse",
+    "steps:alert_reward_collapse",
+    "steps:alert_throughput_drop",
     "steps:non_negative_times",
     "steps:schema_matches_contract",
     "steps:unique_ordered_steps",
@@ -129,7 +134,7 @@ def test_code_location_loads_like_dagster_dev(tmp_path: Path, monkeypatch: pytes
         )
         checks = sorted(f"{c.asset_key.to_user_string()}:{c.name}" for c in repo.get_asset_check_node_snaps())
         assert checks == EXPECTED_CHECK_KEYS
-        assert sorted(s.name for s in repo.get_sensors()) == ["cross_run_automation", "run_dirs_sensor"]
+        assert sorted(s.name for s in repo.get_sensors()) == ["cross_run_automation", "health_alert_notifications", "run_dirs_sensor"]
         assert {INGEST_JOB_NAME, CROSS_RUN_JOB_NAME} <= {j.name for j in repo.get_all_jobs()}
         ws.asset_graph.validate_partitions()
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
-from analyses.cli import export, fidelity, fit, ingest, query, report, runs
+from analyses.cli import alerts, export, fidelity, fit, ingest, query, report, runs
 from analyses.cli.common import EXIT_OK, EXIT_USAGE, Command, UsageError
 from analyses.objectstore import StoreError
 
@@ -22,6 +22,7 @@ COMMANDS: tuple[Command, ...] = (
     export.COMMAND,
     export.SAMPLE,
     fidelity.COMMAND,
+    alerts.COMMAND,
 )
 
 

@@ -84,27 +84,30 @@ class AlertRule:
     sustain: int
     meaning: str
     regime_change: bool  # the steps' workload differs from here on: step_variance fences each regime apart
+    severity: str  # "error": the training broke (a collapse); "warn": worth a look (cap pressure, slowdown)
 
 
 # the median of this many consecutive steps is a level; the earlier level is the highest before a step
 LEVEL_WINDOW = 5
 ALERT_RULES: tuple[AlertRule, ...] = (
     AlertRule("response_length_collapse", "response_length_mean", "drop", 0.03, 5,
-              "mean response length below 3 % of the run's earlier level for 5+ steps (the policy stopped answering)", True),
+              "mean response length below 3 % of the run's earlier level for 5+ steps (the policy stopped answering)", True,
+              "error"),
     AlertRule("clip_ratio_high", "clip_ratio", "above", 0.10, 3,
-              "10 %+ of the responses cut at the length cap for 3+ steps", True),
+              "10 %+ of the responses cut at the length cap for 3+ steps", True, "warn"),
     AlertRule("reward_collapse", "reward_mean", "drop", 0.5, 5,
-              "mean reward below half the run's earlier (positive) level for 5+ steps", False),
+              "mean reward below half the run's earlier (positive) level for 5+ steps", False, "error"),
     AlertRule("entropy_collapse", "entropy", "drop", 0.05, 5,
               "policy entropy below 5 % of the run's earlier level for 5+ steps (the policy went deterministic; "
-              "a converging PPO run, e.g. verl's Qwen2.5-0.5B GSM8K baseline, bottoms out near 8 %)", False),
+              "a converging PPO run, e.g. verl's Qwen2.5-0.5B GSM8K baseline, bottoms out near 8 %)", False, "error"),
     AlertRule("throughput_drop", "throughput_tokens_per_s", "drop", 0.5, 5,
-              "job throughput (tokens/s) below half the run's earlier level for 5+ steps", True),
+              "job throughput (tokens/s) below half the run's earlier level for 5+ steps", True, "warn"),
 )
 ALERT_TESTS = ("drop", "above")
+ALERT_SEVERITIES = ("error", "warn")
 _COLUMNS = {c.name for c in HEALTH_COLUMNS} | {"throughput_tokens_per_s", "step_time_s"}
 for _r in ALERT_RULES:
-    if _r.column not in _COLUMNS or _r.test not in ALERT_TESTS or _r.sustain < 1:
+    if _r.column not in _COLUMNS or _r.test not in ALERT_TESTS or _r.sustain < 1 or _r.severity not in ALERT_SEVERITIES:
         raise ValueError(f"alert rule {_r.kind!r} is malformed")
 
 
@@ -158,6 +161,7 @@ FROM keys k LEFT JOIN m USING (run_id, step) LEFT JOIN s USING (run_id, step) LE
 _long = "\nUNION ALL\n".join(
     f"SELECT run_id, step, '{r.kind}' AS kind, '{r.column}' AS metric, '{r.test}' AS test, "
     f"CAST({r.threshold} AS DOUBLE) AS threshold, {r.sustain} AS sustain, {r.regime_change} AS regime_change, "
+    f"'{r.severity}' AS severity, "
     f"CAST({r.column} AS DOUBLE) AS value "
     f"FROM th WHERE {r.column} IS NOT NULL AND isfinite({r.column})"
     for r in ALERT_RULES
@@ -187,7 +191,7 @@ long AS ({_long}
     FROM hit
 ), stretch AS (
     SELECT run_id, kind, any_value(metric) AS metric, any_value(test) AS test, any_value(threshold) AS threshold,
-           any_value(regime_change) AS regime_change,
+           any_value(regime_change) AS regime_change, any_value(severity) AS severity,
            min(step) AS first_step, max(step) AS last_step, count(*) AS n_steps,
            arg_min(value, step) AS first_value, arg_min(earlier_level, step) AS earlier_level,
            min(value) AS min_value, max(value) AS max_value
@@ -197,7 +201,7 @@ long AS ({_long}
 SELECT run_id, kind, metric, min(first_step) AS first_step, max(last_step) AS last_step,
        CAST(sum(n_steps) AS BIGINT) AS n_steps, count(*) AS stretches,
        arg_min(first_value, first_step) AS first_value, arg_min(earlier_level, first_step) AS earlier_level,
-       any_value(threshold) AS threshold, any_value(regime_change) AS regime_change,
+       any_value(threshold) AS threshold, any_value(regime_change) AS regime_change, any_value(severity) AS severity,
        CASE any_value(test)
          WHEN 'drop' THEN printf('%s fell to %.4g at step %d, below %g x its earlier level %.4g; low for %d step(s) '
                                  || 'in %d stretch(es) up to step %d',
@@ -213,6 +217,7 @@ FROM stretch GROUP BY run_id, kind, metric
     "column), first_step (first step of the first sustained stretch), last_step (last step of the last), n_steps "
     "(steps in sustained stretches), stretches, first_value, earlier_level (drop rules: the level it fell from), "
     "threshold, regime_change (the step workload changes: step_variance fences the steps before and after apart), "
+    "severity ('error' for collapses, 'warn' for cap pressure and slowdowns: the Dagster alert checks' severity), "
     "detail (one sentence). Rules and thresholds: analyses.views.training_health.ALERT_RULES "
     "(docs/views.md).",
 )

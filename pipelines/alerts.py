@@ -1,0 +1,121 @@
+"""Training-health alerts in Dagster: one asset check per alert kind on each run's partition, and
+a sensor that sends each new alert once (:mod:`analyses.alerts`, ``$POLYTRACE_NOTIFY``).
+
+The checks sit on the run's ``steps`` partition, run in the per-run job right after the tables
+land, and take their severity from :data:`analyses.views.training_health.ALERT_RULES`: ERROR for
+collapses (response length, reward, entropy), WARN for the rest (clip ratio at the cap,
+throughput drop). A run with an active alert is red or yellow in the UI, with the alert's first
+step, value and earlier level in the check's metadata. The checks never block: a collapsing run's
+data is still worth fitting and reading.
+
+The sensor reacts to every successful run of this code location (the per-run job a logs-root
+sensor launched, a materialization from the UI, the demo): it reads the alerts of the run's
+partition (every run's, for an unpartitioned run) and sends those not sent before.
+"""
+
+# No `from __future__ import annotations` here: Dagster checks the `context` annotation of an
+# asset, check or sensor at definition time and refuses a string.
+
+from collections.abc import Iterator
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    MetadataValue,
+    RunStatusSensorContext,
+    SkipReason,
+    multi_asset_check,
+    run_status_sensor,
+)
+
+from analyses.alerts import ENV_NOTIFY, NotifyConfigError, deliver, notify_urls, run_alerts, state_path
+from analyses.views.training_health import ALERT_RULES
+from pipelines.partitions import runs_partitions
+from pipelines.resources import WarehouseResource
+
+ALERT_ASSET = "steps"
+NOTIFY_SENSOR = "health_alert_notifications"
+PARTITION_TAG = "dagster/partition"
+
+
+def check_name(kind: str) -> str:
+    return f"alert_{kind}"
+
+
+_SEVERITY = {"error": AssetCheckSeverity.ERROR, "warn": AssetCheckSeverity.WARN}
+
+
+@multi_asset_check(
+    specs=[
+        AssetCheckSpec(
+            check_name(r.kind),
+            asset=ALERT_ASSET,
+            additional_deps=["step_metrics", "samples"],
+            partitions_def=runs_partitions,
+            description=f"{r.severity.upper()} when raised: {r.meaning} (health_alerts, docs/views.md).",
+        )
+        for r in ALERT_RULES
+    ],
+    name="health_alert_checks",
+)
+def health_alert_checks(context: AssetCheckExecutionContext, warehouse: WarehouseResource) -> Iterator[AssetCheckResult]:
+    con = warehouse.connect()
+    try:
+        raised = {a.kind: a for a in run_alerts(con, [context.partition_key])}
+    finally:
+        con.close()
+    for r in ALERT_RULES:
+        a = raised.get(r.kind)
+        meta = {"rule": MetadataValue.text(r.meaning), "threshold": r.threshold, "sustain_steps": r.sustain}
+        if a is not None:
+            meta |= {
+                "first_step": a.first_step,
+                "last_step": a.last_step,
+                "steps_affected": a.n_steps,
+                "value_at_first_step": a.first_value,
+                "earlier_level": a.earlier_level,
+                "detail": MetadataValue.text(a.detail),
+            }
+        yield AssetCheckResult(
+            asset_key=ALERT_ASSET,
+            check_name=check_name(r.kind),
+            passed=a is None,
+            severity=_SEVERITY[r.severity],
+            metadata=meta,
+            description=a.detail if a is not None else f"not raised: {r.meaning}",
+        )
+
+
+@run_status_sensor(
+    run_status=DagsterRunStatus.SUCCESS,
+    name=NOTIFY_SENSOR,
+    minimum_interval_seconds=5,
+    default_status=DefaultSensorStatus.RUNNING,
+    description=f"Sends each new training-health alert once to the Apprise URLs in ${ENV_NOTIFY} "
+    "(Slack, e-mail, webhooks, ...) after a run of this code location succeeds.",
+)
+def health_alert_notifications(context: RunStatusSensorContext, warehouse: WarehouseResource) -> SkipReason | None:
+    urls = notify_urls()
+    if not urls:
+        return SkipReason(f"${ENV_NOTIFY} is not set: alerts are shown as asset checks only")
+    partition = context.dagster_run.tags.get(PARTITION_TAG)
+    root = warehouse.root_path
+    con = warehouse.connect()
+    try:
+        alerts = run_alerts(con, [partition] if partition else None)
+    finally:
+        con.close()
+    try:
+        done = deliver(alerts, urls, state_path(root))
+    except NotifyConfigError as exc:
+        context.log.error(str(exc))
+        return SkipReason(str(exc))
+    for line in done.lines():
+        (context.log.warning if line.startswith("notification failed") else context.log.info)(line)
+    if not done.sent and not done.failed:
+        return SkipReason(f"no new alert ({len(alerts)} raised, {done.already} sent before)")
+    return None

@@ -1,0 +1,244 @@
+"""Alerts that reach a person (issue 26, items 3-4): each health alert is sent once through Apprise
+to a real HTTP endpoint on 127.0.0.1, never for a healthy run, a down endpoint is one line; the
+alert kinds are asset checks of the run's partition with their severity."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import polars as pl
+import pytest
+from _views_util import stage_run
+from _warehouse_util import free_port
+
+from analyses.alerts import Alert, alerts_from_frame, deliver, notify_urls, state_path
+from analyses.api import PolyTrace
+from analyses.cli import main
+from analyses.views.training_health import ALERT_RULES
+
+
+class Receiver:
+    """An HTTP endpoint that keeps every JSON body posted to it (Apprise's ``json://`` target)."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.messages.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"json://127.0.0.1:{self.port}/"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    r.thread.start()
+    try:
+        yield r
+    finally:
+        r.server.shutdown()
+        r.server.server_close()
+
+
+def _metrics(series: dict[str, list[float]]) -> pl.DataFrame:
+    rows = [{"step": i + 1, "metric": m, "value": v, "raw_metric": m, "is_validation": False}
+            for m, vals in series.items() for i, v in enumerate(vals)]
+    return pl.DataFrame(rows)
+
+
+def _collapsing(root: Path, run_id: str = "collapse") -> None:
+    """Response length at 1000 for 10 steps, then 1 token: a response-length collapse from step 11;
+    entropy falls too, from step 13."""
+    stage_run(root, run_id, {"step_metrics": _metrics({
+        "response_length/mean": [1000.0] * 10 + [1.0] * 10,
+        "actor/entropy": [0.5] * 12 + [0.001] * 8,
+    })})
+
+
+def _healthy(root: Path, run_id: str = "healthy") -> None:
+    stage_run(root, run_id, {"step_metrics": _metrics({"response_length/mean": [1000.0 + 10 * i for i in range(20)],
+                                                       "actor/entropy": [0.5] * 20})})
+
+
+def test_notify_urls_split_on_spaces_and_commas() -> None:
+    assert notify_urls(" json://a:1/ ,slack://T/B/C  mailto://u:p@x ") == ["json://a:1/", "slack://T/B/C", "mailto://u:p@x"]
+    assert notify_urls("") == []
+
+
+def test_every_rule_has_a_severity_and_collapses_are_errors() -> None:
+    sev = {r.kind: r.severity for r in ALERT_RULES}
+    assert {k for k, s in sev.items() if s == "error"} == {"response_length_collapse", "reward_collapse", "entropy_collapse"}
+    assert {k for k, s in sev.items() if s == "warn"} == {"clip_ratio_high", "throughput_drop"}
+
+
+def test_one_message_per_alert_and_none_for_a_healthy_run(tmp_path: Path, receiver: Receiver) -> None:
+    root = tmp_path / "wh"
+    _collapsing(root)
+    _healthy(root)
+    pt = PolyTrace(root)
+    alerts = pt.alerts()
+    assert [(a.run_id, a.kind, a.first_step, a.severity) for a in alerts] == [
+        ("collapse", "response_length_collapse", 11, "error"), ("collapse", "entropy_collapse", 13, "error")]
+    done = pt.notify(alerts, [receiver.url])
+    assert len(done.sent) == 2 and not done.failed
+    assert len(receiver.messages) == 2
+    first = receiver.messages[0]
+    # the message names the run, the kind, the first step and the numbers behind it
+    assert "collapse" in first["title"] and "response_length_collapse" in first["title"] and "step 11" in first["title"]
+    assert "fell to 1 at step 11" in first["message"] and "1000" in first["message"]
+    assert first["type"] == "failure"
+    # a refresh (the same alerts again) sends nothing more
+    again = pt.notify(pt.alerts(), [receiver.url])
+    assert again.sent == [] and again.already == 2 and len(receiver.messages) == 2
+    # the healthy run raises nothing, so nothing is sent for it
+    assert pt.alerts(["healthy"]) == []
+
+
+def test_endpoint_down_is_one_line_and_retried_later(tmp_path: Path, receiver: Receiver) -> None:
+    root = tmp_path / "wh"
+    _collapsing(root)
+    pt = PolyTrace(root)
+    down = f"json://127.0.0.1:{free_port()}/"
+    done = pt.notify(pt.alerts(), [down])
+    assert done.sent == [] and len(done.failed) == 2
+    line = done.lines()[0]
+    assert "\n" not in line and line.startswith("notification failed: response_length_collapse in run collapse")
+    assert "connection" in line.lower()
+    # not remembered as sent: the endpoint back up gets both
+    assert len(pt.notify(pt.alerts(), [receiver.url]).sent) == 2 and len(receiver.messages) == 2
+
+
+def test_concurrent_deliveries_send_each_alert_once(tmp_path: Path, receiver: Receiver) -> None:
+    root = tmp_path / "wh"
+    _collapsing(root)
+    alerts = PolyTrace(root).alerts()
+    threads = [threading.Thread(target=deliver, args=(alerts, [receiver.url], state_path(root))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(receiver.messages) == 2
+
+
+def test_cli_alerts_and_notify(tmp_path: Path, receiver: Receiver, capsys: pytest.CaptureFixture,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "wh"
+    _collapsing(root)
+    assert main(["alerts", "--warehouse", str(root)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "ALERT ERROR collapse response_length_collapse step 11 value 1 (was 1000)"
+    assert all(len(ln) <= 160 for ln in out)
+    monkeypatch.delenv("POLYTRACE_NOTIFY", raising=False)
+    assert main(["alerts", "--notify", "--warehouse", str(root)]) == 2
+    assert "POLYTRACE_NOTIFY" in capsys.readouterr().err
+    monkeypatch.setenv("POLYTRACE_NOTIFY", receiver.url)
+    assert main(["alerts", "--notify", "--warehouse", str(root)]) == 0
+    assert len(receiver.messages) == 2
+    assert capsys.readouterr().err.count("notified: PolyTrace ERROR") == 2
+    assert main(["alerts", "--notify", "--warehouse", str(root)]) == 0
+    assert len(receiver.messages) == 2 and capsys.readouterr().err == ""
+    monkeypatch.setenv("POLYTRACE_NOTIFY", "not a url at all")
+    assert main(["alerts", "--notify", "--warehouse", str(root)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not an Apprise URL" in err[0]
+
+
+def test_alerts_from_frame_orders_by_run_and_step() -> None:
+    cols = {"run_id": ["b", "a"], "kind": ["k1", "k2"], "severity": ["warn", "error"], "metric": ["m", "m"],
+            "first_step": [3, 7], "last_step": [9, 9], "n_steps": [7, 3], "first_value": [0.5, None],
+            "earlier_level": [None, 2.0], "threshold": [0.1, 0.5], "detail": ["x", "y"]}
+    got = alerts_from_frame(pl.DataFrame(cols))
+    assert [a.run_id for a in got] == ["a", "b"] and isinstance(got[0], Alert)
+    assert got[0].key == "a|k2|7"
+
+
+def _console_log(path: Path, lengths: list[float], entropy: list[float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"step:{i + 1} - response_length/mean:{x} - actor/entropy:{e} - timing_s/step:10.0\n"
+                            for i, (x, e) in enumerate(zip(lengths, entropy, strict=True))))
+
+
+def test_alert_checks_red_with_detail_in_the_per_run_job(tmp_path: Path) -> None:
+    """The per-run job evaluates one check per alert kind on the run's partition: ERROR and failed
+    for the collapse, with its first step, value and earlier level; every check passes on a
+    healthy run."""
+    from dagster import AssetCheckSeverity, DagsterInstance
+
+    from pipelines import alerts as pa
+    from pipelines.definitions import build_defs
+    from pipelines.resources import WarehouseResource
+    from pipelines.sensors import INGEST_JOB_NAME
+
+    logs = tmp_path / "logs"
+    _console_log(logs / "collapse" / "train.log", [1000.0] * 10 + [1.0] * 10, [0.5] * 20)
+    _console_log(logs / "healthy" / "train.log", [1000.0 + i for i in range(20)], [0.5] * 20)
+    res_def = WarehouseResource(root=str(tmp_path / "wh"), logs_root=str(logs))
+    job = build_defs(warehouse=res_def).resolve_job_def(INGEST_JOB_NAME)
+    got = {}
+    with DagsterInstance.ephemeral() as inst:
+        inst.add_dynamic_partitions("runs", ["collapse", "healthy"])
+        for part in ("collapse", "healthy"):
+            r = job.execute_in_process(instance=inst, partition_key=part)
+            got |= {(part, ev.check_name): ev for ev in r.get_asset_check_evaluations()
+                    if ev.check_name.startswith("alert_")}
+    bad = got[("collapse", pa.check_name("response_length_collapse"))]
+    assert not bad.passed and bad.severity == AssetCheckSeverity.ERROR
+    assert bad.metadata["first_step"].value == 11 and bad.metadata["earlier_level"].value == 1000.0
+    assert bad.metadata["value_at_first_step"].value == 1.0
+    assert got[("collapse", pa.check_name("clip_ratio_high"))].passed
+    assert got[("collapse", pa.check_name("throughput_drop"))].severity == AssetCheckSeverity.WARN
+    healthy = [ev for (part, _), ev in got.items() if part == "healthy"]
+    assert len(healthy) == len(ALERT_RULES) and all(ev.passed for ev in healthy)
+
+
+def test_notification_sensor_sends_a_partitions_new_alerts_once(tmp_path: Path, receiver: Receiver,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run-status sensor, on a successful per-run job of a collapsing run, sends its alerts once;
+    nothing for a healthy partition; a skip reason (no crash) without $POLYTRACE_NOTIFY."""
+    from dagster import DagsterEventType, DagsterInstance, SkipReason, build_run_status_sensor_context
+
+    from pipelines import alerts as pa
+    from pipelines.definitions import build_defs
+    from pipelines.resources import WarehouseResource
+    from pipelines.sensors import INGEST_JOB_NAME
+
+    logs = tmp_path / "logs"
+    _console_log(logs / "collapse" / "train.log", [1000.0] * 10 + [1.0] * 10, [0.5] * 20)
+    _console_log(logs / "healthy" / "train.log", [1000.0 + i for i in range(20)], [0.5] * 20)
+    res_def = WarehouseResource(root=str(tmp_path / "wh"), logs_root=str(logs))
+    job = build_defs(warehouse=res_def).resolve_job_def(INGEST_JOB_NAME)
+    with DagsterInstance.ephemeral() as inst:
+        inst.add_dynamic_partitions("runs", ["collapse", "healthy"])
+
+        def tick(part: str) -> object:
+            r = job.execute_in_process(instance=inst, partition_key=part)
+            ev = next(e for e in r.all_events if e.event_type == DagsterEventType.RUN_SUCCESS)
+            ctx = build_run_status_sensor_context(sensor_name=pa.NOTIFY_SENSOR, dagster_event=ev, dagster_instance=inst,
+                                                  dagster_run=r.dagster_run, resources={"warehouse": res_def})
+            return pa.health_alert_notifications(ctx)
+
+        monkeypatch.delenv("POLYTRACE_NOTIFY", raising=False)
+        assert isinstance(tick("collapse"), SkipReason) and receiver.messages == []
+        monkeypatch.setenv("POLYTRACE_NOTIFY", receiver.url)
+        assert tick("healthy") is not None and receiver.messages == []  # a skip: nothing raised
+        assert tick("collapse") is None and len(receiver.messages) == 1
+        assert "response_length_collapse" in receiver.messages[0]["title"]
+        assert isinstance(tick("collapse"), SkipReason) and len(receiver.messages) == 1

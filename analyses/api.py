@@ -25,6 +25,7 @@ import polars as pl
 
 from analyses import catalog
 from analyses.alerts import Alert, Delivery, deliver, notify_urls, run_alerts, state_path
+from analyses.atomic_output import write_text
 from analyses.export.registry import export as export_spec
 from analyses.export.registry import format_names
 from analyses.export.spec import build_spec, read_spec, write_spec
@@ -387,7 +388,7 @@ class PolyTrace:
             # the all-runs spec is the per-run specs side by side: no second fit
             merged = build_spec({k: v for r in out.runs for k, v in specs[r]["workloads"].items()}, out.runs)
             out.specs["*"] = write_spec(merged, self.layout.spec_path())
-        self.layout.fidelity_path.write_text(json.dumps([*out.fidelity, *out.step_models], indent=1) + "\n")
+        write_text(self.layout.fidelity_path, json.dumps([*out.fidelity, *out.step_models], indent=1) + "\n")
         return out
 
     def fidelity_results(self) -> list[dict[str, Any]]:
@@ -410,5 +411,7 @@ class PolyTrace:
             if not sp.exists():
                 continue
             spec = read_spec(sp)
-            out.files[r] = {fmt: export_spec(spec, fmt, self.layout.export_dir(r, fmt), seed=seed) for fmt in format_names()}
+            # the warehouse's own exports/ directories: replaced whole whatever an older version left in them
+            out.files[r] = {fmt: export_spec(spec, fmt, self.layout.export_dir(r, fmt), seed=seed, owned=True)
+                            for fmt in format_names()}
         return out

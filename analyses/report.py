@@ -23,6 +23,7 @@ import plotly.io as pio
 import polars as pl
 
 from analyses import figures as F
+from analyses.atomic_output import staged_dir, write_text
 from analyses.figures import FigureSpec
 from analyses.markdown import format_value
 from analyses.views import View, ViewGroup, all_views, headline_frame, view_frame, view_groups
@@ -336,6 +337,18 @@ def png_specs(figs: list[FigureSpec], runs: list[str], all_pngs: bool = False) -
     return kept, len(keys) - len(kept)
 
 
+def _write_png_dir(specs: list[FigureSpec], png_dir: Path, default_dir: bool) -> tuple[dict[str, Path], str | None]:
+    """:func:`write_pngs` into a staged directory that replaces ``png_dir`` whole, in one rename
+    (:func:`analyses.atomic_output.staged_dir`); when no PNG could be written (no browser), the
+    previous directory stays as it was. The default ``<stem>_png`` directory of an older report
+    (PNG files only, no marker) is replaced too; a ``--png-dir`` holding other files is refused."""
+    owned = default_dir and png_dir.is_dir() and all(p.is_file() and p.suffix == ".png" for p in png_dir.iterdir())
+    with staged_dir(png_dir, "report PNGs", owned=owned) as stage:
+        written, note = write_pngs(specs, stage.path)
+        stage.keep = bool(written)
+    return {k: png_dir / p.name for k, p in written.items()}, note
+
+
 def build_report(
     con: duckdb.DuckDBPyConnection,
     out: Path,
@@ -357,18 +370,17 @@ def build_report(
     chosen = selected_runs(con, runs)
     emit("start", {"runs": report_steps(chosen, png)})
     sections = build_sections(con, chosen, progress)
-    out.parent.mkdir(parents=True, exist_ok=True)
     pngs: dict[str, Path] = {}
     note: str | None = "PNG export not requested"
     if png:
         specs, skipped = png_specs([f for s in sections for f in s.figures], chosen, all_pngs)
         emit("run_start", {"run_id": f"{len(specs)} PNGs", "origins": 0})
-        pngs, note = write_pngs(specs, png_dir if png_dir is not None else out.with_name(out.stem + "_png"))
+        pngs, note = _write_png_dir(specs, png_dir if png_dir is not None else out.with_name(out.stem + "_png"),
+                                    default_dir=png_dir is None)
         if skipped and note is None:
             note = (f"PNGs of the cross-run figures only: {skipped} per-run figures of {len(chosen)} runs "
                     f"(more than {PNG_MAX_RUNS}) are in the HTML; --all-png exports them too")
         emit("run_done", {"run_id": "PNGs"})
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(render_html(sections, chosen, source, note), encoding="utf-8")
-    tmp.replace(out)
+    # the HTML last: a report file is never older than the PNG directory beside it
+    write_text(out, render_html(sections, chosen, source, note))
     return ReportResult(out, sections, pngs, note)

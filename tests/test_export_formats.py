@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 from _fit_synth import synth_multiturn, synth_samples
 
+from analyses.atomic_output import MARKER
 from analyses.export.formats.aiperf import percent_thousandths
 from analyses.export.registry import ExportError, export, format_names
 from analyses.export.sampler import generate, steps_for
@@ -174,7 +175,7 @@ def test_multiturn_v2_round_trip(multi, tmp_path: Path):
     out = tmp_path / "mt"
     export(multi, "polytrace-v2", out, steps=1, seed=2)
     # a multi-turn task is written as trajectories only: a packed view would repeat the same samples
-    assert sorted(p.name for p in out.iterdir()) == ["multiturn_workload_step_0.jsonl"]
+    assert sorted(p.name for p in out.iterdir() if p.name != MARKER) == ["multiturn_workload_step_0.jsonl"]
     ingest_run(out, tmp_path / "wh", run_id="mt")
     g = _generated(multi, 1, 2)
     # exact counts: 8 prompts x 4 samples = 32 trajectories for the one step, each once
@@ -275,12 +276,13 @@ def test_a_spec_lacking_what_a_format_needs_exits_2_and_writes_nothing(multi, tm
     write_spec(broken, spec)
     out = tmp_path / "out"
     out.mkdir()
+    (out / MARKER).write_text("{}\n")  # an earlier export's directory (polytrace replaces only those)
     (out / "keep.txt").write_text("mine\n")
     assert main(["export", "--spec", str(spec), "--format", "polytrace-v2", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "has no 'variables.n_turns', which this format needs" in err[0]
     # nothing partial: the directory holds what it held, and no staging directory is left beside it
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "spec.json"]
 
 

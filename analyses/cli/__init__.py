@@ -9,8 +9,9 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
+from analyses.atomic_output import OutputRefused, WriteFailed
 from analyses.cli import alerts, export, fidelity, fit, ingest, query, report, runs
-from analyses.cli.common import EXIT_OK, EXIT_USAGE, Command, UsageError
+from analyses.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Command, UsageError
 from analyses.objectstore import StoreError
 
 COMMANDS: tuple[Command, ...] = (
@@ -58,8 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return args.handler(args)
-    except (UsageError, StoreError) as exc:  # an object store that cannot be used is bad usage too
+    except (UsageError, StoreError, OutputRefused) as exc:  # an unusable store or --out is bad usage too
         print(f"polytrace {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except WriteFailed as exc:  # a full disk is not a bad input: one line, nothing half-written
+        print(f"polytrace {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
     except BrokenPipeError:
         return EXIT_OK

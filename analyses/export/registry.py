@@ -6,17 +6,15 @@ table, the Dagster asset and the conformance suite all read this list.
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 import re
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
+from analyses.atomic_output import staged_dir, writing
 from analyses.export import formats as formats_pkg
 from analyses.export.sampler import Generated, generate, steps_for
 
@@ -116,34 +114,32 @@ def workload_dirs(spec: dict[str, Any], out: Path, only: str | None = None) -> l
 
 
 def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = None, seed: int = 0,
-           workload: str | None = None, step_interval_s: float | None = None, **options: Any) -> list[Path]:
+           workload: str | None = None, step_interval_s: float | None = None, owned: bool = False,
+           **options: Any) -> list[Path]:
     """Write ``fmt`` for every workload of ``spec`` under ``out``; returns the files written.
 
-    Everything is written into a private directory beside ``out`` first and moved in only when
-    every workload was written: a spec that lacks what the format needs raises
-    :class:`ExportError` and leaves ``out`` as it was. ``options`` are the format's own
-    (``vidur_date``, ``task``, ``records_per_step``, ...)."""
+    ``out`` appears whole or not at all (:func:`analyses.atomic_output.staged_dir`): everything is
+    written into a private directory beside it, which then replaces ``out`` in one rename; a kill
+    at any moment leaves the previous ``out`` (or none) and staging that the next export removes. A
+    spec that lacks what the format needs raises :class:`ExportError` and leaves ``out`` as it was.
+    An existing ``out`` is replaced only when polytrace wrote it or it is empty, unless ``owned``
+    (the warehouse's own ``exports/``); else :class:`~analyses.atomic_output.OutputRefused`.
+    ``options`` are the format's own (``vidur_date``, ``task``, ``records_per_step``, ...)."""
     f = export_format(fmt)
     dirs = workload_dirs(spec, out, workload)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    moves: list[tuple[Path, Path]] = []
-    try:
+    written: list[Path] = []
+    with staged_dir(out, f"export {fmt}", owned=owned) as stage:
         for key, w, d in dirs:
-            sd = stage / d.relative_to(out)
+            sd = stage.path / d.relative_to(out)
             sd.mkdir(parents=True, exist_ok=True)
             try:
-                files = f.write(ExportJob(key, w, spec, sd, seed, steps, step_interval_s, dict(options)))
+                with writing(stage.path):
+                    files = f.write(ExportJob(key, w, spec, sd, seed, steps, step_interval_s, dict(options)))
             except KeyError as exc:
                 raise ExportError(f"{fmt}: workload {key!r} of the spec has no {exc.args[0]!r}, which this format "
                                   "needs (fit the run again with this version)") from exc
-            moves += [(p, d / p.relative_to(sd)) for p in files]
-        for src, dst in moves:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src, dst)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return [dst for _, dst in moves]
+            written += [out / p.relative_to(stage.path) for p in files]
+    return written
 
 
 def consumer_table() -> str:

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from analyses.atomic_output import write_text
+
 SPEC_VERSION = "1.3"
 SCHEMA_PATH = Path(__file__).with_name("spec.schema.json")
 GENERATOR = "polytrace fit"
@@ -58,9 +60,7 @@ def write_spec(spec: dict[str, Any], path: Path) -> Path:
     errors = validate_spec(spec)
     if errors:
         raise SpecError("; ".join(errors[:5]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps(spec))
-    return path
+    return write_text(path, dumps(spec))  # whole or absent: a killed fit never leaves half a spec
 
 
 def read_spec(path: Path) -> dict[str, Any]:

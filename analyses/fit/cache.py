@@ -14,16 +14,15 @@ depends on, and by nothing else:
 * the call's own parameters (``seed``, ``seeds``).
 
 A run without a fingerprint (published before fingerprints existed) is always fitted. Files live
-under ``<warehouse>/fits/cache/<run>/<what>.json`` and are written by atomic rename; a file that
-cannot be read or whose key differs is a miss, never an error.
+under ``<warehouse>/fits/cache/<run>/<what>.json`` and are written by atomic rename
+(:func:`analyses.atomic_output.write_text`: a killed fit leaves no half entry, and its staging goes
+at the next write); a file that cannot be read or whose key differs is a miss, never an error.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+from analyses.atomic_output import write_text
 from analyses.warehouse import read_published
 
 CACHE_DIR = "fits/cache"
@@ -81,16 +81,7 @@ def store(root: Path, run_id: str, what: str, key: str | None, value: Any) -> No
     """Keep ``value`` under ``key`` (atomically replacing the run's previous one)."""
     if key is None:
         return
-    p = cache_path(root, run_id, what)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{what}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"key": key, "value": value}, f)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(cache_path(root, run_id, what), json.dumps({"key": key, "value": value}))
 
 
 def is_fresh(root: Path, run_id: str, what: str, **params: Any) -> bool:

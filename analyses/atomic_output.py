@@ -183,16 +183,16 @@ def staged_file(path: Path, mode: str = "w", encoding: str | None = "utf-8") -> 
     os.fchmod(fd, 0o666 & ~_umask())
     fh = os.fdopen(fd, mode, encoding=encoding if "b" not in mode else None)
     try:
-        try:
+        with writing(path):
             yield fh
-            with writing(path):
-                fh.flush()
-                os.replace(tmp, path)
-        finally:
-            fh.close()  # after the rename: the lock is held until the file has its name
+            fh.flush()
+            os.replace(tmp, path)
     except BaseException:
+        with suppress(OSError):  # closing flushes what is buffered: on a full disk that fails again
+            fh.close()
         Path(tmp).unlink(missing_ok=True)
         raise
+    fh.close()  # after the rename: the lock is held until the file has its name
 
 
 def write_text(path: Path, text: str) -> Path:

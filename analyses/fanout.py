@@ -52,7 +52,8 @@ class RunTask:
 @dataclass
 class RunOutcome:
     """What a task came back with: its report, or why nothing was published (``kind`` says which:
-    ``"locked"`` another writer held the run, ``"refused"`` a blocking check failed, ``"error"``)."""
+    ``"locked"`` another writer held the run, ``"refused"`` a blocking check failed, ``"unwritable"`` the
+    warehouse could not be written (a full disk), ``"error"``)."""
 
     run_id: str
     report: RunReport | None = None
@@ -68,6 +69,7 @@ def ingest_task(task: RunTask) -> RunOutcome:
     """Ingest one run; runs in a worker process (local or Ray). Exceptions come back as data so a
     task's failure never takes down the others and never needs pickling an exception class."""
     from analyses.api import PolyTrace  # imported in the worker: the module is the unit shipped
+    from analyses.atomic_output import WriteFailed
     from analyses.warehouse import CommitRefused, RunLocked
 
     try:
@@ -76,6 +78,8 @@ def ingest_task(task: RunTask) -> RunOutcome:
         return RunOutcome(task.run_id, kind="locked", message=str(exc))
     except CommitRefused as exc:
         return RunOutcome(task.run_id, kind="refused", message=str(exc))
+    except WriteFailed as exc:
+        return RunOutcome(task.run_id, kind="unwritable", message=f"not published: {exc}")
     except Exception as exc:  # a bug or an unreadable input: reported for this run only
         return RunOutcome(task.run_id, kind="error", message=f"{type(exc).__name__}: {exc}")
     return RunOutcome(task.run_id, report=rep)

@@ -21,6 +21,7 @@ import duckdb
 import polars as pl
 
 from analyses.alignment import derive_step_windows
+from analyses.atomic_output import WriteFailed, writing
 from analyses.catalog import refresh_catalog
 from analyses.manifest import MANIFEST_NAME, RunManifest, load_manifest, run_id_from_name, validate_run_id
 from analyses.readers import detect, read_file, reader_by_name
@@ -195,7 +196,8 @@ def ingest_run(
     rid = resolve_run_id(run_path, manifest, run_id)
     report = RunReport(run_id=rid, source=str(run_path))
     emit = progress or (lambda _e, _d: None)
-    clean_stale(root)
+    with writing(root):
+        clean_stale(root)
     with run_lock(root, rid, lock_wait_s, on_wait=lambda msg: emit("lock_wait", {"run_id": rid, "message": msg})):
         staging = RunStaging(root, rid)
         steps_acc = StepsAccumulator()
@@ -212,9 +214,12 @@ def ingest_run(
                 kill_point("read")
             report.files.extend(FileReport(path=rel, format="unknown", bytes=0, status="skipped", error=why)
                                 for rel, why in skipped)
-            _finish_run(staging, steps_acc, report, manifest, run_path)
-            staging.commit(check=blocking_problems, holding_lock=True, after_publish=lambda: _refresh(root, report),
-                           info={"source": str(run_path), "fingerprint": content_fingerprint(report.files)})
+            # from here on every read and write is the warehouse's own: a failure (a full disk) is
+            # WriteFailed, never a bad input; nothing is published and the staging goes
+            with writing(root):
+                _finish_run(staging, steps_acc, report, manifest, run_path)
+                staging.commit(check=blocking_problems, holding_lock=True, after_publish=lambda: _refresh(root, report),
+                               info={"source": str(run_path), "fingerprint": content_fingerprint(report.files)})
         except BaseException:
             staging.abort()
             raise
@@ -291,8 +296,8 @@ def _ingest_file(
             emit("file_progress", {"path": rel, "lines": fr.lines, "rows": fr.rows_out})
         staging.seal(prefix)
         fr.sha256 = hashing.result() if hashing is not None else fr.sha256
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
-        raise
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, WriteFailed):
+        raise  # WriteFailed: the warehouse could not be written (a full disk), which is no fault of this file
     except BaseException as exc:
         staging.discard(prefix)
         steps_acc.discard(rel)
@@ -485,7 +490,10 @@ def _infer_facts(staging: RunStaging, report: RunReport, manifest: RunManifest,
     if manifest.max_response_length is None or manifest.n_gpus is None or manifest.model is None:
         for f in report.files:
             if f.format in _CONFIG_DUMP_FORMATS and f.status in ("ok", "partial"):
-                found = config_dump_file_facts(run_path if run_path.is_file() else run_path / f.path)
+                try:
+                    found = config_dump_file_facts(run_path if run_path.is_file() else run_path / f.path)
+                except OSError:  # the input went away since it was read: its facts are simply not known
+                    continue
                 config = ConfigFacts(config.max_response_length or found.max_response_length, config.n_gpus or found.n_gpus,
                                      config.model or found.model)
     return config, infer_run_facts(manifest.max_response_length, manifest.n_gpus, config, staging.scan("samples"),

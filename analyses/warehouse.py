@@ -40,6 +40,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analyses.atomic_output import writing
 from analyses.schema import TABLES, Table, conform
 
 ENV_WAREHOUSE = "POLYTRACE_WAREHOUSE"
@@ -148,11 +149,15 @@ def published_runs(root: Path) -> dict[str, PublishedRun]:
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk must not keep half a manifest lying about
+        raise
     _fsync_dir(path.parent)
 
 
@@ -245,8 +250,9 @@ def run_lock(
                     told = True
                 time.sleep(0.1)
         info = {"pid": os.getpid(), "host": socket.gethostname(), "since": datetime.now(UTC).isoformat(timespec="seconds")}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        with writing(root):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
         try:
             yield
         finally:
@@ -308,10 +314,16 @@ class RunStaging:
         self.run_id = run_id
         self.version = new_version()
         self.dir = root / STAGING / f"{self.version}--{run_id}"
-        self.dir.mkdir(parents=True, exist_ok=False)
-        owner = self.dir / OWNER
-        owner.write_text(json.dumps({"run_id": run_id, "version": self.version, "pid": os.getpid(),
-                                     "host": socket.gethostname()}))
+        self._owner_fd: int | None = None
+        try:
+            with writing(root):
+                self.dir.mkdir(parents=True, exist_ok=False)
+                owner = self.dir / OWNER
+                owner.write_text(json.dumps({"run_id": run_id, "version": self.version, "pid": os.getpid(),
+                                             "host": socket.gethostname()}))
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         self._owner_fd = os.open(owner, os.O_RDWR)
         fcntl.flock(self._owner_fd, fcntl.LOCK_EX)
         self._counters: dict[str, int] = {}
@@ -329,7 +341,9 @@ class RunStaging:
         t = TABLES[table]
         n = self._counters.get(table, 0)
         self._counters[table] = n + 1
-        return write_part(conform(df, t), t, self.table_dir(table) / f"{prefix}-{n:06d}.parquet")
+        conformed = conform(df, t)
+        with writing(self.root):
+            return write_part(conformed, t, self.table_dir(table) / f"{prefix}-{n:06d}.parquet")
 
     def append(self, table: str, df: pl.DataFrame, prefix: str) -> int:
         """Conform ``df`` to ``table`` and append it to the one part file of ``prefix`` (a row
@@ -350,17 +364,20 @@ class RunStaging:
     def _write_batch(self, table: str, df: pl.DataFrame, prefix: str) -> None:
         t = TABLES[table]
         batch = conform(df, t).select(list(t.stored_columns)).to_arrow(compat_level=pl.CompatLevel.oldest())
-        w = self._writers.get((table, prefix))
-        if w is None:
-            d = self.table_dir(table)
-            d.mkdir(parents=True, exist_ok=True)
-            # min/max of a string column cost a third of the encoding and prune nothing here (a
-            # row group is one reader chunk: it holds that chunk's whole mix of names and paths);
-            # numbers keep theirs
-            stats = [f.name for f in batch.schema if not pa.types.is_large_string(f.type)]
-            w = pq.ParquetWriter(d / f"{prefix}-a.parquet", batch.schema, compression="zstd", write_statistics=stats)
-            self._writers[(table, prefix)] = w
-        w.write_table(batch)
+        # a failed write is the warehouse's (a full disk), not the input file's: WriteFailed stops the ingest
+        with writing(self.root):
+            w = self._writers.get((table, prefix))
+            if w is None:
+                d = self.table_dir(table)
+                d.mkdir(parents=True, exist_ok=True)
+                # min/max of a string column cost a third of the encoding and prune nothing here (a
+                # row group is one reader chunk: it holds that chunk's whole mix of names and paths);
+                # numbers keep theirs
+                stats = [f.name for f in batch.schema if not pa.types.is_large_string(f.type)]
+                w = pq.ParquetWriter(d / f"{prefix}-a.parquet", batch.schema, compression="zstd",
+                                     write_statistics=stats)
+                self._writers[(table, prefix)] = w
+            w.write_table(batch)
 
     def _drain(self, prefix: str, raise_errors: bool = True) -> None:
         q = self._pending.pop(prefix, deque())
@@ -379,8 +396,9 @@ class RunStaging:
         try:
             self._drain(prefix)
         finally:
-            for key in [k for k in self._writers if k[1] == prefix]:
-                self._writers.pop(key).close()
+            with writing(self.root):
+                for key in [k for k in self._writers if k[1] == prefix]:
+                    self._writers.pop(key).close()
 
     def discard(self, prefix: str) -> None:
         """Drop every part staged under ``prefix`` (a file that failed midway)."""
@@ -408,8 +426,9 @@ class RunStaging:
         copied; written by a query that already gives the table's columns)."""
         shutil.rmtree(self.table_dir(table), ignore_errors=True)
         self._counters.pop(table, None)
-        self.table_dir(table).mkdir(parents=True)
-        os.replace(part, self.table_dir(table) / "part-000000.parquet")
+        with writing(self.root):
+            self.table_dir(table).mkdir(parents=True)
+            os.replace(part, self.table_dir(table) / "part-000000.parquet")
 
     def _compact(self, name: str, t: Table) -> Path:
         """The table's parts as one file (typed and empty when nothing was staged)."""
@@ -445,7 +464,8 @@ class RunStaging:
         The run lock is held from step 3 on (or by the caller, ``holding_lock``).
         """
         kill_point("staged")
-        final = {name: self._compact(name, t) for name, t in TABLES.items()}
+        with writing(self.root):
+            final = {name: self._compact(name, t) for name, t in TABLES.items()}
         kill_point("compacted")
         problems = check(final) if check is not None else []
         if problems:
@@ -463,16 +483,28 @@ class RunStaging:
 
     def _publish(self, final: dict[str, Path], info: dict, after_publish: Callable[[], None] | None) -> PublishedRun:
         tables: dict[str, TableFile] = {}
-        for name, src in final.items():
-            rel = f"parquet/{name}/run_id={self.run_id}/{self.version}.parquet"
-            dst = self.root / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            rows = pl.scan_parquet(src).select(pl.len()).collect().item()
-            os.replace(src, dst)
-            tables[name] = TableFile(rel, int(rows), dst.stat().st_size)
-            kill_point(f"moved:{name}")
-        pub = PublishedRun(self.run_id, self.version, datetime.now(UTC).isoformat(timespec="seconds"), tables, info)
-        _write_atomic(manifest_path(self.root, self.run_id), pub.to_json())
+        try:
+            with writing(self.root):
+                for name, src in final.items():
+                    rel = f"parquet/{name}/run_id={self.run_id}/{self.version}.parquet"
+                    dst = self.root / rel
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    rows = pl.scan_parquet(src).select(pl.len()).collect().item()
+                    os.replace(src, dst)
+                    tables[name] = TableFile(rel, int(rows), dst.stat().st_size)
+                    kill_point(f"moved:{name}")
+                pub = PublishedRun(self.run_id, self.version, datetime.now(UTC).isoformat(timespec="seconds"), tables,
+                                   info)
+                _write_atomic(manifest_path(self.root, self.run_id), pub.to_json())
+        except BaseException:
+            try:
+                now = read_published(self.root, self.run_id)
+            except (OSError, ValueError, KeyError):
+                now = None
+            if now is None or now.version != self.version:
+                for f in tables.values():  # never published: no reader can hold them, so they go at once
+                    (self.root / f.path).unlink(missing_ok=True)
+            raise
         kill_point("published")
         if after_publish is not None:
             after_publish()
@@ -483,10 +515,12 @@ class RunStaging:
 
     def _reject(self, final: dict[str, Path], problems: list[str]) -> CommitRefused:
         kept = self.root / REJECTED / self.run_id / self.version
-        kept.mkdir(parents=True, exist_ok=True)
-        for name, src in final.items():
-            os.replace(src, kept / f"{name}.parquet")
-        (kept / "problems.json").write_text(json.dumps({"run_id": self.run_id, "problems": problems}, indent=1) + "\n")
+        with writing(self.root):
+            kept.mkdir(parents=True, exist_ok=True)
+            for name, src in final.items():
+                os.replace(src, kept / f"{name}.parquet")
+            (kept / "problems.json").write_text(json.dumps({"run_id": self.run_id, "problems": problems}, indent=1)
+                                                + "\n")
         self.abort()
         return CommitRefused(self.run_id, problems, kept)
 
@@ -494,7 +528,10 @@ class RunStaging:
         for prefix in list(self._pending):
             self._drain(prefix, raise_errors=False)
         for w in self._writers.values():
-            w.close()
+            try:
+                w.close()
+            except OSError:  # a writer that failed (a full disk) fails again on close; the area goes anyway
+                pass
         self._writers.clear()
         if self._pool is not None:
             self._pool.shutdown()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from analyses.api import PolyTrace
+from analyses.atomic_output import WriteFailed
 from analyses.cli.common import EXIT_FAIL, EXIT_OK, Command, UsageError, add_warehouse, warehouse
 from analyses.cli.work_progress import WorkProgress
 from analyses.fanout import RayUnavailable, RunOutcome, RunTask, ingest_local, ingest_ray
@@ -15,7 +16,7 @@ from analyses.ingest import iter_run_dirs
 from analyses.manifest import ManifestError, RunIdError
 from analyses.progress import IngestProgress
 from analyses.run_split import PlannedRun, plan_runs
-from analyses.warehouse import DEFAULT_LOCK_WAIT_S, CommitRefused, RunLocked
+from analyses.warehouse import DEFAULT_LOCK_WAIT_S, CommitRefused, RunLocked, read_published
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -69,6 +70,7 @@ def _run(args: argparse.Namespace) -> int:
     lock_wait_s = DEFAULT_LOCK_WAIT_S if args.wait is None else args.wait
     if args.workers > 1 or args.ray:
         return _run_fanout(args, pt, plans, lock_wait_s, t0)
+    unwritable: str | None = None
     with progress:
         for plan in plans:
             try:
@@ -79,9 +81,17 @@ def _run(args: argparse.Namespace) -> int:
                 refused.append(str(exc))
                 print(f"polytrace ingest: {exc}", file=sys.stderr)
                 continue
+            except WriteFailed as exc:  # a full disk fails every run after it too: stop here, one line
+                kept = pt.store is None and read_published(pt.root, plan.run_id) is not None
+                unwritable = (f"polytrace ingest: run {plan.run_id}: not published: {exc}"
+                              + ("; its previous version stays" if kept else ""))
+                break
             total_rejects += rep.rows_rejected
             if show:
                 print("\n".join(rep.summary_lines()))
+    if unwritable is not None:
+        print(unwritable, file=sys.stderr)
+        return EXIT_FAIL
     if pt.store is None:  # an object-store warehouse has no shared catalog file: readers build views
         pt.refresh_catalog()
     if show:

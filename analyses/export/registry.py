@@ -133,7 +133,7 @@ def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = Non
             sd = stage.path / d.relative_to(out)
             sd.mkdir(parents=True, exist_ok=True)
             try:
-                with writing(stage.path):
+                with writing(out):
                     files = f.write(ExportJob(key, w, spec, sd, seed, steps, step_interval_s, dict(options)))
             except KeyError as exc:
                 raise ExportError(f"{fmt}: workload {key!r} of the spec has no {exc.args[0]!r}, which this format "

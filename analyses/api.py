@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from analyses.report import ReportResult, Section, build_report, group_section
 from analyses.run_split import PlannedRun, plan_runs
 from analyses.sandbox import run_queries
 from analyses.views import all_views, group, headline_frame, view_frame
-from analyses.warehouse import DEFAULT_LOCK_WAIT_S, ENV_WAREHOUSE, default_root, run_ids
+from analyses.warehouse import DEFAULT_LOCK_WAIT_S, ENV_WAREHOUSE, default_root, reader_lease, run_ids
 
 REPORT_NAME = "polytrace_report.html"
 
@@ -288,18 +289,27 @@ class PolyTrace:
 
     # ------------------------------------------------------------------ fit
 
+    def _reading(self) -> AbstractContextManager[None]:
+        """A reader lease (:class:`~analyses.warehouse.ReaderLease`) for work that reads the
+        published files outside a catalog connection (the fits): a re-ingest meanwhile keeps the
+        files of the version being read instead of deleting them under it."""
+        return reader_lease(self._sync())
+
     def runs_with_samples(self) -> list[str]:
-        return runs_with_samples(self._sync())
+        with self._reading():
+            return runs_with_samples(self.root)
 
     def runs_with_steps(self) -> list[str]:
-        return runs_with_steps(self._sync())
+        with self._reading():
+            return runs_with_steps(self.root)
 
     def fit(self, runs: Sequence[str] | None = None, seed: int = 0, out: Path | None = None,
             progress: Progress | None = None, cache: bool = True) -> dict[str, Any]:
         """Fit ``runs`` (default: every run with per-sample lengths) into one spec; write it to ``out``.
         ``progress`` receives ``run_start`` / ``run_done`` events (see :mod:`analyses.cli.work_progress`).
         An unchanged run's fit comes from :mod:`analyses.fit.cache` unless ``cache`` is False."""
-        spec = fit_runs(self._sync(), list(runs) if runs else None, seed=seed, progress=progress, cache=cache)
+        with self._reading():
+            spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress, cache=cache)
         if out is not None:
             write_spec(spec, out)
         return spec
@@ -310,7 +320,12 @@ class PolyTrace:
         run (:mod:`analyses.fit.fidelity`); the step-time model alone for a run with a step log but
         no per-sample lengths; None when neither applies. An unchanged run's scores come from
         :mod:`analyses.fit.cache` unless ``cache`` is False."""
-        root = self._sync()
+        with self._reading():
+            return self._fidelity(run_id, seeds, progress, cache)
+
+    def _fidelity(self, run_id: str, seeds: tuple[int, ...], progress: Progress | None,
+                  cache: bool) -> dict[str, Any] | None:
+        root = self.root
         if not has_samples(root, run_id):
             return step_time_only(load_run(root, run_id))
 
@@ -335,8 +350,12 @@ class PolyTrace:
         """One run's spec (``fits/<run>.spec.json``) and fidelity, or its step-time model when it
         has only a step log; from :mod:`analyses.fit.cache` when the run is unchanged since its
         last fit (unless ``cache`` is False). Too little data is said in ``skipped``, not raised."""
+        with self._reading():
+            return self._fit_run(run_id, seeds, progress, cache)
+
+    def _fit_run(self, run_id: str, seeds: tuple[int, ...], progress: Progress | None, cache: bool) -> RunFit:
         out = RunFit(run_id)
-        root = self._sync()
+        root = self.root
         if not has_samples(root, run_id):
             if has_step_times(root, run_id):
                 out.step_model = step_time_only(load_run(root, run_id))
@@ -366,8 +385,11 @@ class PolyTrace:
         and ``fits/fidelity.json``. A run too small to fit is reported, not fatal for the others.
         A run unchanged since its last fit is not fitted or scored again unless ``cache`` is False,
         so this costs one run's fit per new or changed run (:meth:`fit_run` per run)."""
+        with self._reading():
+            return self._fit_warehouse(seeds, progress, cache)
+
+    def _fit_warehouse(self, seeds: tuple[int, ...], progress: Progress | None, cache: bool) -> FitSummary:
         out = FitSummary()
-        self._sync()
         self.layout.fits.mkdir(parents=True, exist_ok=True)
         specs: dict[str, dict[str, Any]] = {}
         for r in sorted(set(self.runs_with_samples()) | set(self.runs_with_steps())):

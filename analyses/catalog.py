@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +31,7 @@ import duckdb
 
 from analyses.sandbox import lock_down
 from analyses.schema import TABLES, duckdb_type
-from analyses.warehouse import TableFile, published_runs
+from analyses.warehouse import ReaderLease, TableFile, published_runs, reader_lease
 
 CATALOG_NAME = "polytrace.duckdb"
 STORAGE_VERSION = "v1.0.0"  # the catalog file opens in DuckDB 1.0 and later
@@ -125,7 +126,7 @@ def refresh_catalog(
     SQL when it is queried, so they read the new base tables."""
     root.mkdir(parents=True, exist_ok=True)
     path = catalog_path(root)
-    with _file_lock(root / ".catalog.lock"):
+    with _file_lock(root / ".catalog.lock"), reader_lease(root):  # binding the views reads the files
         for attempt in range(retries):
             try:
                 con = duckdb.connect(str(path), config={"storage_compatibility_version": STORAGE_VERSION})
@@ -151,15 +152,23 @@ def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False
     With ``sandbox`` the connection can read the warehouse's data files and nothing else, for
     good (:func:`analyses.sandbox.lock_down`).
     """
-    # no DuckDB progress bar: it would write over our own progress display, and under --quiet too
-    con = duckdb.connect(":memory:")
+    # a reader lease from before the manifests are read until the connection is gone: the files
+    # of the versions it bound stay while it may read them, whatever re-ingests meanwhile
+    lease = ReaderLease(root)
     try:
-        con.execute("SET enable_progress_bar = false")
-    except duckdb.Error:  # in a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting at all
-        pass
-    ddl, files = all_ddl(root, views)
-    for stmt in ddl:
-        con.execute(stmt)
-    if sandbox:
-        lock_down(con, files)
+        # no DuckDB progress bar: it would write over our own progress display, and under --quiet too
+        con = duckdb.connect(":memory:")
+        try:
+            con.execute("SET enable_progress_bar = false")
+        except duckdb.Error:  # in a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting at all
+            pass
+        ddl, files = all_ddl(root, views)
+        for stmt in ddl:
+            con.execute(stmt)
+        if sandbox:
+            lock_down(con, files)
+    except BaseException:
+        lease.release()
+        raise
+    weakref.finalize(con, lease.release)
     return con

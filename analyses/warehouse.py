@@ -40,7 +40,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyses.atomic_output import writing
+from analyses.atomic_output import WriteFailed, writing
 from analyses.schema import TABLES, Table, conform
 
 ENV_WAREHOUSE = "POLYTRACE_WAREHOUSE"
@@ -509,7 +509,11 @@ class RunStaging:
         if after_publish is not None:
             after_publish()
         kill_point("catalog")
-        remove_unpublished(self.root, self.run_id)
+        try:  # the version is published: what is left to tidy must not make the commit look failed
+            remove_unpublished(self.root, self.run_id)
+            remove_deferred(self.root, holding=self.run_id)
+        except (OSError, WriteFailed):
+            pass  # the next commit of the run (or the next ingest's clean_stale) removes them
         kill_point("cleaned")
         return pub
 
@@ -545,9 +549,111 @@ class RunStaging:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# ---------------------------------------------------------------- readers
+
+
+READERS_LOCK = "readers.lock"
+DEFERRED = ".unpublished"  # .locks/<run_id>.unpublished: files to remove once no reader holds a lease
+
+
+class ReaderLease:
+    """A shared lock on ``.locks/readers.lock`` for as long as a reader may open files that the
+    manifests it read name: taken before reading them, released when done (closing the fd; the
+    kernel drops it when the process dies). While any reader holds one, writers keep the files of
+    replaced versions (:func:`remove_unpublished` defers them) instead of deleting them under it.
+    Taking it waits only while a writer deletes files (milliseconds). A warehouse the reader
+    cannot write to and no writer has touched gets no lease: nobody deletes anything there."""
+
+    def __init__(self, root: Path) -> None:
+        self.fd: int | None = None
+        path = root / LOCKS / READERS_LOCK
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                return
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+@contextmanager
+def reader_lease(root: Path) -> Iterator[None]:
+    """Hold a :class:`ReaderLease` on ``root`` for the block."""
+    lease = ReaderLease(root)
+    try:
+        yield
+    finally:
+        lease.release()
+
+
+@contextmanager
+def _no_readers(root: Path) -> Iterator[bool]:
+    """True (holding the readers lock exclusively for the block, so no reader starts meanwhile)
+    when no reader holds a lease; False at once otherwise. Never waits."""
+    path = root / LOCKS / READERS_LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def readers_active(root: Path) -> bool:
+    """Whether a reader holds a lease on ``root`` now (another process's, or one of this process's)."""
+    with _no_readers(root) as free:
+        return not free
+
+
 def remove_unpublished(root: Path, run_id: str) -> list[Path]:
     """Remove the run's partition files its manifest does not name (older versions, leftovers of
-    killed commits); the caller holds the run lock. Returns what was removed."""
+    killed commits); the caller holds the run lock. Returns what was removed. While a reader holds
+    a lease the files stay (a reader may have read the manifest that names them) and the run is
+    marked, so a later writer removes them (:func:`remove_deferred`)."""
+    marker = root / LOCKS / f"{run_id}{DEFERRED}"
+    with _no_readers(root) as free:
+        if not free:
+            with writing(root):
+                marker.touch()
+            return []
+        removed = _remove_unpublished_now(root, run_id)
+    marker.unlink(missing_ok=True)
+    return removed
+
+
+def remove_deferred(root: Path, holding: str | None = None) -> list[str]:
+    """:func:`remove_unpublished` for every run whose replaced files were kept for readers (a run
+    another writer holds is left to that writer); ``holding``: the run whose lock the caller holds."""
+    done = []
+    for marker in sorted((root / LOCKS).glob(f"*{DEFERRED}")):
+        rid = marker.name[: -len(DEFERRED)]
+        try:
+            if rid == holding:
+                remove_unpublished(root, rid)
+            else:
+                with run_lock(root, rid, wait_s=0):
+                    remove_unpublished(root, rid)
+        except RunLocked:
+            continue
+        if not marker.exists():
+            done.append(rid)
+    return done
+
+
+def _remove_unpublished_now(root: Path, run_id: str) -> list[Path]:
     m = read_published(root, run_id)
     keep = {root / f.path for f in m.tables.values()} if m else set()
     removed = []
@@ -571,10 +677,8 @@ def clean_stale(root: Path) -> list[str]:
     """Remove staging directories whose ingest died (their owner lock is free), and the files
     their run's interrupted commit left in the partitions. Returns the run ids cleaned."""
     base = root / STAGING
-    if not base.is_dir():
-        return []
-    cleaned = []
-    for d in sorted(base.iterdir()):
+    cleaned: list[str] = []
+    for d in sorted(base.iterdir()) if base.is_dir() else []:
         owner = d / OWNER
         fd = _try_lock(owner)
         if fd is None and owner.exists():
@@ -594,6 +698,7 @@ def clean_stale(root: Path) -> list[str]:
         finally:
             if fd is not None:
                 os.close(fd)
+    remove_deferred(root)
     return cleaned
 
 

@@ -223,10 +223,10 @@ class PolyTrace:
         on disk, then upload it with its manifest last (:meth:`ObjectWarehouse.publish`)."""
         assert self.store is not None
         rid = plan.run_id
-        with self.store.lease(rid, lock_wait_s), tempfile.TemporaryDirectory(prefix="polytrace-stage-") as tmp:
+        with self.store.lease(rid, lock_wait_s) as lease, tempfile.TemporaryDirectory(prefix="polytrace-stage-") as tmp:
             report = ingest_run(plan.path, Path(tmp), run_id=rid, progress=progress, lock_wait_s=lock_wait_s,
                                 only=plan.only, report_skipped=plan.report_skipped, skip_under=plan.skip_under)
-            self.store.publish(Path(tmp), rid)
+            self.store.publish(Path(tmp), rid, lease=lease)
         self._synced = False
         return report
 

@@ -17,8 +17,14 @@ rather than an OS lock, taken and given back by conditional writes (:mod:`analys
 it is created only if absent, an expired one is replaced only if it is still the version read,
 and it is deleted only if it is still the holder's own. So of two writers that find it free (or
 expired) at once exactly one goes ahead, and a writer whose lease expired and was taken over
-cannot delete its successor's. A writer that dies holds the lease until it expires
-(:data:`LEASE_TTL_S`); a writer slower than that can lose it. On a store that ignores the
+cannot delete its successor's. The lease lives :data:`LEASE_TTL_S` (a minute) and a heartbeat
+thread renews it every :data:`LEASE_TTL_S` / 3 while the writer lives (the same conditional
+replace), so a writer that dies blocks its run for at most about a minute, and one that stalls
+past its expiry finds the lease gone when it renews it right before its manifest ``PUT`` and
+publishes nothing (:class:`LeaseLost`). ``$POLYTRACE_S3_LEASE_TTL`` and
+``$POLYTRACE_S3_LEASE_HEARTBEAT`` (seconds) set both. The run's next publish aborts the
+multipart uploads a dead writer left unfinished under the run's keys (invisible objects that
+S3 keeps, and bills, until aborted) and deletes the files no manifest names. On a store that ignores the
 conditions (found by a probe, once per store), the lease falls back to write, wait
 :data:`LEASE_SETTLE_S`, read back: two writers within that interval can then both go ahead; each
 still publishes a whole version (the later manifest ``PUT`` wins) and the loser's files are
@@ -35,6 +41,7 @@ import hashlib
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -49,13 +56,105 @@ from analyses.warehouse import MANIFESTS, PublishedRun, RunLocked, kill_point, r
 
 SCHEME = "s3://"
 ENV_CACHE = "POLYTRACE_CACHE"
-LEASE_TTL_S = 3600.0
+LEASE_TTL_S = 60.0
+ENV_LEASE_TTL = "POLYTRACE_S3_LEASE_TTL"
+ENV_LEASE_HEARTBEAT = "POLYTRACE_S3_LEASE_HEARTBEAT"  # default: a third of the TTL
 LEASE_SETTLE_S = 0.5
 LOCKS = ".locks"
+UPLOAD_CHUNK = 8 << 20
 
 
 class StoreError(Exception):
     """The object store cannot be used: unreachable endpoint, refused credentials, missing bucket."""
+
+
+class LeaseLost(RunLocked):
+    """The writer's lease lapsed (it stalled past its expiry) or was taken over: it must not publish."""
+
+
+def _seconds(env: str, default: float) -> float:
+    raw = os.environ.get(env)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        v = -1.0
+    if not v > 0:
+        raise StoreError(f"${env}={raw!r}: expected a positive number of seconds")
+    return v
+
+
+def lease_timing(ttl_s: float | None = None, heartbeat_s: float | None = None) -> tuple[float, float]:
+    """The lease's time to live and heartbeat interval: the arguments, else ``$POLYTRACE_S3_LEASE_TTL``
+    (default :data:`LEASE_TTL_S`) and ``$POLYTRACE_S3_LEASE_HEARTBEAT`` (default a third of the TTL)."""
+    ttl = ttl_s if ttl_s is not None else _seconds(ENV_LEASE_TTL, LEASE_TTL_S)
+    beat = heartbeat_s if heartbeat_s is not None else _seconds(ENV_LEASE_HEARTBEAT, ttl / 3)
+    return ttl, beat
+
+
+class HeldLease:
+    """A writer's lease, renewed by a heartbeat thread until :meth:`stop`. A renewal is the same
+    conditional replace as a take-over (``If-Match`` the version we wrote last), so once another
+    writer has taken the lease over no renewal can take it back: the lease is then :attr:`lost`."""
+
+    def __init__(self, store: ObjectWarehouse, run_id: str, key: str, etag: str, doc: dict, ttl_s: float,
+                 heartbeat_s: float, atomic: bool) -> None:
+        self.store, self.run_id, self.key, self.etag = store, run_id, key, etag
+        self.doc, self.ttl_s, self.heartbeat_s, self.atomic = doc, ttl_s, heartbeat_s, atomic
+        self.expires = float(doc["expires"])
+        self.lost: str | None = None
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if ttl_s > 0:  # a lease with no life (tests of take-over) has nothing to keep alive
+            self._thread = threading.Thread(target=self._beat, name=f"lease-{run_id}", daemon=True)
+            self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            self.renew()
+            if self.lost:
+                return
+
+    def renew(self) -> bool:
+        """Push the expiry a TTL ahead; False (and :attr:`lost` set) when the lease is no longer ours.
+        A failed request is retried at the next beat, unless the lease expired meanwhile."""
+        with self._mutex:
+            if self.lost:
+                return False
+            now = time.time()
+            doc = {**self.doc, "expires": now + self.ttl_s, "renewed": now}
+            cas = self.store._conditional()
+            try:
+                if self.atomic:
+                    new = cas.replace(self.key, json.dumps(doc).encode(), self.etag)
+                else:  # the store ignores If-Match: read back, then overwrite only our own
+                    cur = cas.read(self.key)
+                    mine = cur is not None and (_lease_doc(cur) or {}).get("owner") == doc["owner"]
+                    new = cas.replace(self.key, json.dumps(doc).encode(), cur[1]) if mine and cur else None
+                taken = new is None and cas.read(self.key) is not None
+            except Exception as exc:  # noqa: BLE001 - on the heartbeat thread: any failure is a missed beat
+                if time.time() >= self.expires:
+                    self.lost = f"it could not be renewed before it expired ({str(exc).splitlines()[0][:120]})"
+                return self.lost is None
+            if new is None:
+                self.lost = "another writer took it over after it expired" if taken else "it was removed"
+                return False
+            self.etag, self.expires = new, doc["expires"]
+            return True
+
+    def confirm(self) -> None:
+        """Renew now and raise :class:`LeaseLost` unless the lease is still ours: called right
+        before the manifest ``PUT``, so a writer that stalled past its expiry publishes nothing."""
+        if not self.renew() or time.time() >= self.expires:
+            raise LeaseLost(f"run {self.run_id}: not published: this writer's lease {self.store.url}/{LOCKS}/"
+                            f"{self.run_id}.lease lapsed ({self.lost or 'expired'}); ingest it again")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def is_object_url(location: str | os.PathLike[str] | None) -> bool:
@@ -216,8 +315,11 @@ class ObjectWarehouse:
     # ------------------------------------------------------------ writing
 
     @contextmanager
-    def lease(self, run_id: str, wait_s: float, ttl_s: float = LEASE_TTL_S) -> Iterator[None]:
-        """Hold the run's writer lease (see the module notes for what it can and cannot promise)."""
+    def lease(self, run_id: str, wait_s: float, ttl_s: float | None = None,
+              heartbeat_s: float | None = None) -> Iterator[HeldLease]:
+        """Hold the run's writer lease, renewed while the block runs (see the module notes for what
+        it can and cannot promise); ``ttl_s`` / ``heartbeat_s`` default to :func:`lease_timing`."""
+        ttl, beat = lease_timing(ttl_s, heartbeat_s)
         rel = f"{LOCKS}/{run_id}.lease"
         key = self.object_key(rel)
         cas = self._conditional()
@@ -226,8 +328,8 @@ class ObjectWarehouse:
         deadline = time.monotonic() + wait_s
         while True:
             now = time.time()
-            doc = json.dumps({"owner": me, "host": socket.gethostname(), "pid": os.getpid(), "since": now,
-                              "expires": now + ttl_s}).encode()
+            mine = {"owner": me, "host": socket.gethostname(), "pid": os.getpid(), "since": now, "expires": now + ttl}
+            doc = json.dumps(mine).encode()
             cur = self._call_store(cas.read, key)
             holder = _lease_doc(cur)
             if cur is None:
@@ -247,13 +349,15 @@ class ObjectWarehouse:
             if time.monotonic() >= deadline:
                 raise RunLocked(f"run {run_id} is being written by pid {holder.get('pid')} on {holder.get('host')} "
                                 f"(lease {self.url}/{rel}); try again later")
-            time.sleep(0.5)
+            time.sleep(min(0.5, max(0.05, float(holder.get("expires", 0)) - time.time())))
+        lease = HeldLease(self, run_id, key, held, mine, ttl, beat, atomic)
         try:
-            yield
+            yield lease
         finally:
+            lease.stop()
             # only our own version: after an expiry another writer may hold it now
             if atomic:
-                self._call_store(cas.delete, key, held)
+                self._call_store(cas.delete, key, lease.etag)
             elif (_lease_doc(self._call_store(cas.read, key)) or {}).get("owner") == me:
                 self._call_store(cas.delete_any, key)
 
@@ -272,23 +376,109 @@ class ObjectWarehouse:
         except StoreRequestError as exc:
             raise describe(self.url, exc) from exc
 
-    def publish(self, local_root: Path, run_id: str) -> PublishedRun:
+    def publish(self, local_root: Path, run_id: str, lease: HeldLease | None = None) -> PublishedRun:
         """Upload the run version published in the local warehouse ``local_root``: its files
-        first, then its manifest (the moment it becomes visible), then remove the run's files the
-        manifest does not name. The caller holds the run's lease."""
+        first, then its manifest (the moment it becomes visible), then remove what earlier writers
+        of the run left: files the manifest does not name and unfinished multipart uploads. The
+        caller holds the run's ``lease``, confirmed right before the manifest ``PUT``
+        (:class:`LeaseLost` if it lapsed: nothing is published)."""
         pub = read_published(local_root, run_id)
         if pub is None:
             raise FileNotFoundError(f"run {run_id} is not published in {local_root}")
-        for f in pub.tables.values():
-            self._call(pafs.copy_files, str(local_root / f.path), self.key(f.path),
-                       source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.fs)
+        for name, f in pub.tables.items():
+            self._upload(local_root / f.path, f.path, name)
         kill_point("uploaded")
+        if lease is not None:
+            lease.confirm()
         self._put(f"{MANIFESTS}/{run_id}.json", pub.to_json().encode())
         kill_point("published")
-        keep = {f.path for f in pub.tables.values()}
-        for t in TABLES:
-            d = f"parquet/{t}/run_id={run_id}"
-            for info in self._list(d):
-                if f"{d}/{info.base_name}" not in keep:
-                    self._call(self.fs.delete_file, info.path)
+        self.remove_unnamed(run_id, {self.object_key(f.path) for f in pub.tables.values()})
+        self.abort_unfinished_uploads(run_id)
         return pub
+
+    def remove_unnamed(self, run_id: str, keep: set[str]) -> list[str]:
+        """Delete every object under the run's partitions but ``keep`` (the manifest's keys): the
+        files of replaced versions and of dead writers, and the empty ``.../`` directory markers
+        some tools leave (pyarrow's ``delete_file`` creates one for the parent it empties: deleting
+        through boto3 leaves none). Returns the keys deleted."""
+        client = self._conditional().client
+        gone = []
+        for t in TABLES:
+            prefix = self.object_key(f"parquet/{t}/run_id={run_id}/")
+            for k in self._call_store(_list_keys, client, self.bucket, prefix):
+                if k not in keep:
+                    self._call_store(_delete_key, client, self.bucket, k)
+                    gone.append(k)
+        return gone
+
+    def _upload(self, src: Path, rel: str, table: str) -> None:
+        """``src`` to the object ``rel`` (pyarrow's output stream: a multipart upload, its parts
+        sent in the background)."""
+        def write() -> None:
+            with open(src, "rb") as fh, self.fs.open_output_stream(self.key(rel)) as out:
+                while chunk := fh.read(UPLOAD_CHUNK):
+                    out.write(chunk)
+                    kill_point(f"uploading:{table}")
+        self._call(write)
+
+    def abort_unfinished_uploads(self, run_id: str) -> list[str]:
+        """Abort the multipart uploads under the run's keys (its table files and its manifest) that
+        no one will finish: a writer killed mid-upload leaves them, invisible to listings of
+        objects, until aborted. Only under the run's lease: then no live writer is uploading there.
+        Returns the keys aborted."""
+        client = self._conditional().client
+        parquet = self.object_key("parquet/")
+        manifest = self.object_key(f"{MANIFESTS}/{run_id}.json")
+        segment = f"/run_id={run_id}/"
+        aborted = []
+        for prefix in (parquet, manifest):
+            for upload in self._call_store(_list_uploads, client, self.bucket, prefix):
+                k = upload["Key"]
+                if k == manifest or (k.startswith(parquet) and segment in k[len(parquet) - 1:]):
+                    self._call_store(_abort_upload, client, self.bucket, k, upload["UploadId"])
+                    aborted.append(k)
+        return aborted
+
+
+def _request(client, op: str, **kw: object) -> dict:  # noqa: ANN001 - a boto3 client
+    """``client.<op>(**kw)`` with boto3's failures as :class:`StoreRequestError` (one line)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return getattr(client, op)(**kw)
+    except (ClientError, BotoCoreError) as exc:
+        raise StoreRequestError(f"{op} {kw.get('Key') or kw.get('Prefix') or ''}: {exc}") from exc
+
+
+def _delete_key(client, bucket: str, key: str) -> None:  # noqa: ANN001 - a boto3 client
+    _request(client, "delete_object", Bucket=bucket, Key=key)
+
+
+def _list_keys(client, bucket: str, prefix: str) -> list[str]:  # noqa: ANN001 - a boto3 client
+    out: list[str] = []
+    token: dict = {}
+    while True:
+        page = _request(client, "list_objects_v2", Bucket=bucket, Prefix=prefix, **token)
+        out += [o["Key"] for o in page.get("Contents") or []]
+        if not page.get("IsTruncated"):
+            return out
+        token = {"ContinuationToken": page["NextContinuationToken"]}
+
+
+def _list_uploads(client, bucket: str, prefix: str) -> list[dict]:  # noqa: ANN001 - a boto3 client
+    out: list[dict] = []
+    token: dict = {}
+    while True:
+        page = _request(client, "list_multipart_uploads", Bucket=bucket, Prefix=prefix, **token)
+        out += page.get("Uploads") or []
+        if not page.get("IsTruncated"):
+            return out
+        token = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+
+
+def _abort_upload(client, bucket: str, key: str, upload_id: str) -> None:  # noqa: ANN001 - a boto3 client
+    try:
+        _request(client, "abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+    except StoreRequestError as exc:
+        if "NoSuchUpload" not in str(exc):  # finished or aborted meanwhile
+            raise

@@ -347,3 +347,79 @@ def test_the_lease_requests_fail_with_one_line(s3_env: str, case: str, message: 
     with pytest.raises(StoreError) as err, ObjectWarehouse(url).lease("r", wait_s=0):
         pass
     assert message in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------- a dead writer, a live one
+
+
+def _unfinished_uploads(pt: PolyTrace) -> list[str]:
+    client = pt.store._conditional().client
+    return [u["Key"] for u in client.list_multipart_uploads(Bucket=pt.store.bucket,
+                                                            Prefix=pt.store.prefix).get("Uploads") or []]
+
+
+def _objects(pt: PolyTrace, under: str) -> list[str]:
+    client = pt.store._conditional().client
+    got = client.list_objects_v2(Bucket=pt.store.bucket, Prefix=pt.store.object_key(under))
+    return sorted(o["Key"] for o in got.get("Contents") or [])
+
+
+@pytest.mark.parametrize("kill_at", ["uploaded", "uploading:samples"], ids=["after-its-upload", "mid-upload"])
+def test_a_dead_writers_lease_lapses_in_seconds_and_its_leftovers_go_at_the_next_publish(
+        s3_env: str, kill_at: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer SIGKILLed holding its lease, after uploading its files or in the middle of one (an
+    unfinished multipart upload): with a 2 s lease renewed every 0.5 s, the next ingest gets in
+    within seconds, not an hour, and its publish leaves nothing of the dead one's: no unnamed
+    object, no unfinished upload, no lease."""
+    url = f"s3://{s3_env}/dead"
+    run = LOGS / "polytrace-math-dapo"
+    timing = {"POLYTRACE_S3_LEASE_TTL": "2", "POLYTRACE_S3_LEASE_HEARTBEAT": "0.5"}
+    env = {**os.environ, **timing, ENV_KILL_AT: kill_at, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "analyses.cli", "ingest", str(run), "--warehouse", url, "-q"],
+                          env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    pt = PolyTrace(url)
+    assert _lease_owner(pt, run.name) is not None and _objects(pt, "parquet/")
+    assert len(_unfinished_uploads(pt)) == (kill_at != "uploaded")
+    for k, v in timing.items():
+        monkeypatch.setenv(k, v)
+    t0 = time.monotonic()
+    assert main(["ingest", str(run), "--warehouse", url, "-q", "--wait", "30"]) == 0
+    assert time.monotonic() - t0 < 25  # the lease lapsed within its 2 s TTL (plus the ingest itself)
+    published = {pt.store.object_key(f.path) for f in PolyTrace(url).store.manifests()[run.name].tables.values()}
+    assert set(_objects(pt, "parquet/")) == published
+    assert _unfinished_uploads(pt) == [] and _objects(pt, ".locks/") == []
+
+
+def test_a_live_writer_keeps_its_lease_past_its_ttl(s3_env: str) -> None:
+    from analyses.warehouse import RunLocked
+
+    a, b = PolyTrace(f"s3://{s3_env}/alive"), PolyTrace(f"s3://{s3_env}/alive")
+    with a.store.lease("r", wait_s=0, ttl_s=1.0, heartbeat_s=0.2):
+        end = time.monotonic() + 3.0  # three TTLs
+        tries = 0
+        while time.monotonic() < end:
+            with pytest.raises(RunLocked, match=f"pid {os.getpid()}"), b.store.lease("r", wait_s=0):
+                pass
+            tries += 1
+            time.sleep(0.25)
+        assert tries >= 5
+    assert _lease_owner(b, "r") is None  # given back at the end
+
+
+def test_a_writer_that_stalled_past_its_expiry_publishes_nothing(s3_env: str, tmp_path: Path) -> None:
+    from analyses.ingest import ingest_run
+    from analyses.objectstore import LeaseLost
+
+    url = f"s3://{s3_env}/stalled"
+    run = LOGS / "verl-gsm8k-ppo-v0.1"
+    ingest_run(run, tmp_path / "local")
+    a, b = PolyTrace(url), PolyTrace(url)
+    # a heartbeat slower than the TTL: a writer paused (GC, a suspended VM) for longer than its lease
+    with a.store.lease(run.name, wait_s=0, ttl_s=0.5, heartbeat_s=60) as held:
+        time.sleep(0.7)
+        with b.store.lease(run.name, wait_s=0):  # another writer takes the expired lease over
+            pass
+        with pytest.raises(LeaseLost, match="lapsed"):
+            a.store.publish(tmp_path / "local", run.name, lease=held)
+    assert PolyTrace(url).run_ids() == []  # its files may be up, but no manifest names them

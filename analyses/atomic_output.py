@@ -118,8 +118,9 @@ def _umask() -> int:
     return 0o022
 
 
-def _lock_nb(path: Path) -> int | None:
-    """An fd holding ``path``'s exclusive lock, or None when a live writer holds it (or it is gone)."""
+def try_lock(path: Path) -> int | None:
+    """An fd holding ``path``'s exclusive lock (a file or a directory), or None when someone else
+    holds it (or it is gone)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -151,7 +152,7 @@ def clean_stale(parent: Path, name: str) -> list[Path]:
     except OSError:
         return removed
     for e in entries:
-        fd = _lock_nb(e)
+        fd = try_lock(e)
         if fd is None:
             continue  # its writer is alive
         try:

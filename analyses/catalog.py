@@ -11,7 +11,8 @@ Two forms of the same views:
   written in DuckDB's v1.0 storage format, so DuckDB 1.x opens it as well as 2.x.
 
 The base-table views list exactly the files the run manifests name (see
-:mod:`analyses.warehouse`), so a half-written run is never read. The caller says which derived
+:mod:`analyses.warehouse`), so a half-written run is never read, and a reader lease keeps those
+files while the views may read them. The caller says which derived
 views to create (``analyses.views.all_views()`` for all of them); this module knows only the
 base tables.
 """
@@ -149,8 +150,11 @@ def refresh_catalog(
 def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with every base table and ``views`` by name.
 
-    With ``sandbox`` the connection can read the warehouse's data files and nothing else, for
-    good (:func:`analyses.sandbox.lock_down`).
+    The connection holds a reader lease (:class:`analyses.warehouse.ReaderLease`) from before it
+    reads the manifests until the connection object is gone: a re-ingest meanwhile keeps the files
+    of the versions it bound, so its queries never meet a deleted file. With ``sandbox`` the
+    connection can read the warehouse's data files and nothing else, for good
+    (:func:`analyses.sandbox.lock_down`).
     """
     # a reader lease from before the manifests are read until the connection is gone: the files
     # of the versions it bound stay while it may read them, whatever re-ingests meanwhile

@@ -40,7 +40,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyses.atomic_output import WriteFailed, writing
+from analyses.atomic_output import WriteFailed, try_lock, writing
 from analyses.schema import TABLES, Table, conform
 
 ENV_WAREHOUSE = "POLYTRACE_WAREHOUSE"
@@ -260,20 +260,6 @@ def run_lock(
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
-
-
-def _try_lock(path: Path) -> int | None:
-    """An fd holding an exclusive lock on ``path``, or None when someone else holds it."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except BlockingIOError:
-        os.close(fd)
-        return None
 
 
 # ---------------------------------------------------------------- staging and commit
@@ -680,7 +666,7 @@ def clean_stale(root: Path) -> list[str]:
     cleaned: list[str] = []
     for d in sorted(base.iterdir()) if base.is_dir() else []:
         owner = d / OWNER
-        fd = _try_lock(owner)
+        fd = try_lock(owner)
         if fd is None and owner.exists():
             continue  # its ingest is alive
         try:

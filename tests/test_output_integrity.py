@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -204,10 +205,12 @@ def test_a_killed_report_leaves_the_html_and_its_png_directory_whole_or_absent(f
             got = sorted(p.name for p in pngs.iterdir() if p.name != MARKER)
             assert got == names and all(_png_ok(pngs / n) for n in got), f"killed {what}: {len(got)} of {len(names)} PNGs"
 
-    def fresh() -> None:
+    def fresh() -> None:  # absent before each kill: a directory with some of the PNGs is then a partial one
         html.unlink(missing_ok=True)
+        shutil.rmtree(pngs, ignore_errors=True)
 
-    kill_at_seeded_points(argv, [html.parent, pngs], full_s, check, fresh)
+    # a report with its PNGs is the longest command: one kill at a delay, two while it writes
+    kill_at_seeded_points(argv, [html.parent, pngs], full_s, check, fresh, n_delays=1)
     assert main(argv) == 0
     assert html.read_text().endswith("</html>\n")
     assert sorted(p.name for p in html.parent.iterdir()) == sorted(["report.html", *(["report_png"] if names else [])])

@@ -30,6 +30,7 @@ from typing import Protocol
 
 import duckdb
 
+from analyses.duckdb_limits import ResourceLimits, duckdb_config, new_scratch_path, resource_limits
 from analyses.sandbox import lock_down
 from analyses.schema import TABLES, duckdb_type
 from analyses.warehouse import ReaderLease, TableFile, published_runs, reader_lease
@@ -147,21 +148,27 @@ def refresh_catalog(
     raise TimeoutError(f"could not open {path} for writing after {retries} attempts")
 
 
-def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False,
+            limits: ResourceLimits | None = None, spill: Path | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with every base table and ``views`` by name.
 
     The connection holds a reader lease (:class:`analyses.warehouse.ReaderLease`) from before it
     reads the manifests until the connection object is gone: a re-ingest meanwhile keeps the files
-    of the versions it bound, so its queries never meet a deleted file. With ``sandbox`` the
-    connection can read the warehouse's data files and nothing else, for good
-    (:func:`analyses.sandbox.lock_down`).
+    of the versions it bound, so its queries never meet a deleted file. Its memory and spill space
+    are bounded (:mod:`analyses.duckdb_limits`): ``limits``, by default those of the environment
+    or the defaults; it spills to ``spill``, by default a fresh directory in the warehouse's
+    scratch area that DuckDB removes when the connection closes. With ``sandbox`` the connection
+    can read the warehouse's data files and nothing else, for good
+    (:func:`analyses.sandbox.lock_down`, after the limits, so a query cannot raise them).
     """
+    limits = limits or resource_limits()
+    spill = spill or new_scratch_path(root)
     # a reader lease from before the manifests are read until the connection is gone: the files
     # of the versions it bound stay while it may read them, whatever re-ingests meanwhile
     lease = ReaderLease(root)
     try:
+        con = duckdb.connect(":memory:", config=duckdb_config(limits, spill))
         # no DuckDB progress bar: it would write over our own progress display, and under --quiet too
-        con = duckdb.connect(":memory:")
         try:
             con.execute("SET enable_progress_bar = false")
         except duckdb.Error:  # in a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting at all

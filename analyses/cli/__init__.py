@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # the command line of this process (not a call from Python): a command may confine the
+    # process it owns (``query`` lands itself in Landlock), never its caller's
+    args.own_process = argv is None
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -27,6 +27,7 @@ import dataclasses
 import json
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import tempfile
@@ -79,12 +80,17 @@ class Summary:
         return "\n".join(lines)
 
 
-class _Worker:
-    def __init__(self, scratch: Path) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO), POLARS_MAX_THREADS=os.environ.get("POLARS_MAX_THREADS", "2"))
+class Worker:
+    """A worker process speaking JSON lines: jobs on its stdin, events on its stdout. It runs in
+    a session of its own, so that killing it also kills any process it forked."""
+
+    def __init__(self, scratch: Path, module: str = "tests.fuzz.worker", env: dict[str, str] | None = None) -> None:
+        penv = dict(os.environ, PYTHONPATH=str(REPO), POLARS_MAX_THREADS=os.environ.get("POLARS_MAX_THREADS", "2"),
+                    **(env or {}))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fuzz.worker", str(scratch)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=REPO,
+            [sys.executable, "-m", module, str(scratch)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=penv, cwd=REPO,
+            start_new_session=True,
         )
         self.buf = b""
         self.job: dict | None = None
@@ -106,7 +112,10 @@ class _Worker:
         return [json.loads(x) for x in done if x.startswith(b"{")]
 
     def kill(self) -> None:
-        self.proc.kill()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         self.proc.wait()
 
 
@@ -133,16 +142,16 @@ def fuzz(
     )
     scratch = Path(tempfile.mkdtemp(prefix="polytrace-fuzz-"))
     sel = selectors.DefaultSelector()
-    workers: list[_Worker] = []
+    workers: list[Worker] = []
     last_print = time.monotonic()
 
-    def start_worker() -> _Worker:
-        w = _Worker(scratch)
+    def start_worker() -> Worker:
+        w = Worker(scratch)
         sel.register(w.proc.stdout, selectors.EVENT_READ, w)
         workers.append(w)
         return w
 
-    def drop(w: _Worker, kind: str, detail: str) -> None:
+    def drop(w: Worker, kind: str, detail: str) -> None:
         """The worker died or hung on its current input: record it, requeue the rest of the batch."""
         sel.unregister(w.proc.stdout)
         w.kill()
@@ -158,7 +167,7 @@ def fuzz(
         if queue:
             feed(start_worker())
 
-    def feed(w: _Worker) -> None:
+    def feed(w: Worker) -> None:
         if max_seconds is not None and time.monotonic() - t0 > max_seconds:
             queue.clear()  # out of time: finish the batches in flight, report what ran
         if queue:
@@ -171,7 +180,7 @@ def fuzz(
             feed(start_worker())
         while any(w.job is not None for w in workers):
             for key, _ in sel.select(timeout=1.0):
-                w: _Worker = key.data
+                w: Worker = key.data
                 try:
                     events = w.lines()
                 except EOFError:

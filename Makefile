@@ -57,8 +57,18 @@ lock: $(STAMP)
 clean:
 	rm -rf $(VENV) warehouse/parquet warehouse/*.duckdb .dagster_home
 
-# Long fuzz run of every reader through the real ingest (tests/fuzz): 100k mutated real inputs
-# over 2 processes; prints crashes, hangs, peak RSS and accounting violations (exit 1 on any).
+# Long fuzz runs (tests/fuzz), each over 2 processes, exit 1 if either found anything:
+# - inputs: every reader through the real ingest, 100k mutated real inputs; prints crashes, hangs,
+#   peak RSS and accounting violations;
+# - statements: SQL of every statement type DuckDB parses through `polytrace query`'s code, 10k
+#   inputs against a sample_logs warehouse with canaries; prints writes outside a scratch
+#   directory, reads outside the published files, tracebacks (about 15 min on 2 idle cores).
 FUZZ_ARGS ?= --inputs 100000 --procs 2
+FUZZ_SQL_ARGS ?= --inputs 10000 --procs 2
 fuzz: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) -m tests.fuzz.run $(FUZZ_ARGS)
+	@status=0; \
+	echo "== input fuzzing: every reader through the real ingest"; \
+	PYTHONPATH=$(CURDIR) $(PY) -m tests.fuzz.run $(FUZZ_ARGS) || status=1; \
+	echo "== statement fuzzing: every kind of SQL statement through polytrace query"; \
+	PYTHONPATH=$(CURDIR) $(PY) -m tests.fuzz.sql_run $(FUZZ_SQL_ARGS) || status=1; \
+	exit $$status

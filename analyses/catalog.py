@@ -30,7 +30,7 @@ from typing import Protocol
 
 import duckdb
 
-from analyses.duckdb_limits import ResourceLimits, duckdb_config, new_scratch_path, resource_limits
+from analyses.duckdb_limits import ResourceLimits, apply_limits, new_scratch_path, resource_limits
 from analyses.sandbox import lock_down
 from analyses.schema import TABLES, duckdb_type
 from analyses.warehouse import ReaderLease, TableFile, published_runs, reader_lease
@@ -167,7 +167,8 @@ def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False
     # of the versions it bound stay while it may read them, whatever re-ingests meanwhile
     lease = ReaderLease(root)
     try:
-        con = duckdb.connect(":memory:", config=duckdb_config(limits, spill))
+        con = duckdb.connect(":memory:")
+        apply_limits(con, limits, spill)
         # no DuckDB progress bar: it would write over our own progress display, and under --quiet too
         try:
             con.execute("SET enable_progress_bar = false")

@@ -28,6 +28,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
+
 ENV_MEMORY = "POLYTRACE_MEMORY_LIMIT"
 ENV_TEMP = "POLYTRACE_TEMP_LIMIT"
 SCRATCH = ".scratch"
@@ -160,10 +162,10 @@ def _free_bytes(path: Path) -> int:
     return 0
 
 
-def duckdb_config(limits: ResourceLimits, spill: Path) -> dict[str, str]:
-    """The connection settings that bound ``limits``, spilling to ``spill``."""
-    return {
-        "memory_limit": f"{limits.memory_bytes}B",
-        "temp_directory": str(spill),
-        "max_temp_directory_size": f"{limits.temp_for(spill)}B",
-    }
+def apply_limits(con: duckdb.DuckDBPyConnection, limits: ResourceLimits, spill: Path) -> None:
+    """Bound ``con`` by ``limits``, spilling to ``spill``. By ``SET``: DuckDB 2.0 reports a
+    ``max_temp_directory_size`` given in ``duckdb.connect(config=...)`` but does not enforce it
+    (a sort spilled 320 MB past a 1 MB limit)."""
+    con.execute("SET memory_limit = $1", [f"{limits.memory_bytes}B"])
+    con.execute("SET temp_directory = $1", [str(spill)])
+    con.execute("SET max_temp_directory_size = $1", [f"{limits.temp_for(spill)}B"])

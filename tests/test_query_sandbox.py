@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _sandbox_util import demo_warehouse
 
 from analyses import landlock
 from analyses.api import PolyTrace
@@ -24,13 +25,7 @@ EXPLAIN_ANALYZE_COPY = "EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{}' (FORMAT par
 
 @pytest.fixture(scope="module")
 def wh(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp_path = tmp_path_factory.mktemp("sandbox")
-    run = tmp_path / "logs" / "demo"
-    run.mkdir(parents=True)
-    (run / "train.log").write_text("".join(f"step:{s} - timing_s/step:{s}.5 - timing_s/gen:1.0\n" for s in range(3)))
-    root = tmp_path / "wh"
-    PolyTrace(root).ingest(run, run_id="demo")
-    return root
+    return demo_warehouse(tmp_path_factory.mktemp("sandbox"))
 
 
 def _published(wh: Path, table: str = "steps") -> Path:
@@ -152,6 +147,50 @@ def test_landlock_stops_a_write_that_duckdbs_own_sandbox_allows(wh: Path, tmp_pa
     assert free.stdout.strip() == "written", free
     assert _sha(target) != before
     assert not any((copy / ".scratch").iterdir())  # each query's scratch directory is gone
+
+
+_PROBES = """
+import os, socket, subprocess, sys
+from pathlib import Path
+from analyses import landlock
+scratch, outside, port = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+print("abi", landlock.confine(scratch))
+def probe(name, fn):
+    try:
+        fn()
+        print(name, "allowed")
+    except OSError as exc:
+        print(name, "denied" if exc.errno == 13 else exc)
+probe("write scratch", lambda: (scratch / "a").write_text("x"))
+probe("write outside", lambda: (outside / "a").write_text("x"))
+probe("truncate outside", lambda: open(outside / "existing", "r+").truncate(0))
+probe("mkdir outside", lambda: (outside / "d").mkdir())
+probe("remove outside", lambda: (outside / "existing").unlink())
+probe("exec", lambda: subprocess.run(["true"]))
+probe("tcp", lambda: socket.create_connection(("127.0.0.1", port), timeout=5).close())
+probe("remove scratch", lambda: ((scratch / "a").unlink(), scratch.rmdir()))
+"""
+
+
+def test_landlock_denies_writes_exec_and_tcp_outside_the_scratch_directory(tmp_path: Path) -> None:
+    if landlock.abi() < 1:
+        pytest.skip("this kernel has no Landlock")
+    import socket
+
+    scratch, outside = tmp_path / ".scratch" / "q", tmp_path / "outside"
+    scratch.mkdir(parents=True)
+    outside.mkdir()
+    (outside / "existing").write_text("keep")
+    with socket.create_server(("127.0.0.1", 0)) as server:  # a real listener the probe could reach
+        out = subprocess.run([sys.executable, "-c", _PROBES, str(scratch), str(outside),
+                              str(server.getsockname()[1])], capture_output=True, text=True, cwd=REPO, timeout=300)
+    lines = dict(ln.rsplit(" ", 1) for ln in out.stdout.splitlines())
+    assert lines.pop("abi") == str(landlock.abi()), out
+    expected = {"write scratch": "allowed", "write outside": "denied", "truncate outside": "denied",
+                "mkdir outside": "denied", "remove outside": "denied", "exec": "denied",
+                "tcp": "denied" if landlock.abi() >= 4 else "allowed", "remove scratch": "allowed"}
+    assert lines == expected, out
+    assert (outside / "existing").read_text() == "keep" and not scratch.exists()
 
 
 def test_without_landlock_the_command_says_so_only_when_required(monkeypatch: pytest.MonkeyPatch,

@@ -189,8 +189,11 @@ def _checked(frames: Iterator[pl.DataFrame], deadline: _Deadline) -> Iterator[pl
 def query_scratch(root: Path) -> Iterator[Path]:
     """A directory of its own in the warehouse's scratch area for the query to spill to, removed
     afterwards (DuckDB removes its files when the connection closes)."""
-    path = new_scratch_path(root)
-    path.mkdir(mode=0o700)
+    try:
+        path = new_scratch_path(root)
+        path.mkdir(mode=0o700)
+    except OSError as exc:
+        raise UsageError(f"cannot create a scratch directory for the query: {exc}") from exc
     try:
         yield path
     finally:

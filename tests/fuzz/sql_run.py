@@ -9,7 +9,7 @@ DuckDB's own sandbox alone), and reports:
 
 * writes: a file or directory under the fuzz root created, removed or changed (size, mtime,
   inode after each input; sha256 of every file at the end), the scratch area excepted, which
-  must be empty after each batch;
+  must be empty at the end;
 * reads: a canary token (file contents outside the published files, names no statement writes,
   the worker's environment, a manifest's or /etc/passwd's text) in anything the command printed;
 * tracebacks: an exception that escaped the command's handling; error messages of more than
@@ -17,8 +17,9 @@ DuckDB's own sandbox alone), and reports:
 * kernel stops: a write that Landlock refused, i.e. one that got past both the statement
   check and DuckDB's path check.
 
-Every finding names its input as ``MASTER:INDEX``; ``--show`` prints it. Exit status 1 when
-anything was found.
+Every finding names its input as ``MASTER:INDEX``; ``--show`` prints it. (A write shows in the
+next snapshot of every worker: with several, the input that wrote is one of those named.) Exit
+status 1 when anything was found.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import argparse
 import collections
 import json
 import selectors
+import shutil
 import sys
 import tempfile
 import time
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.fuzz.run import Worker
+from tests.fuzz.sql_worker import FUZZ_TIMEOUT_S
 from tests.fuzz.statements import (
     ENV_CANARY,
     SAMPLE_LOGS,
@@ -100,19 +103,30 @@ def fuzz_statements(
     input_seconds: float = 60.0,
     progress: bool = True,
     max_seconds: float | None = None,
+    timeout_s: float = FUZZ_TIMEOUT_S,
+    disarm: bool = False,
+    env: Env | None = None,
 ) -> SqlSummary:
-    """Run ``n_inputs`` inputs; see the module docs."""
+    """Run ``n_inputs`` inputs; see the module docs. ``env``: an environment already built (by
+    :func:`tests.fuzz.statements.build_env`; kept), else one of ``runs`` (default: every
+    sample_logs run) in a temporary directory. ``disarm`` turns the statement check off (the
+    fuzzer's self-test: it must then find writes, and Landlock must stop them)."""
     t0 = time.monotonic()
     s = SqlSummary()
-    root = Path(tempfile.mkdtemp(prefix="polytrace-sqlfuzz-"))
+    own = env is None
+    root = Path(tempfile.mkdtemp(prefix="polytrace-sqlfuzz-")) if env is None else Path(env.root)
     try:
-        env = build_env(root, runs or sorted(p for p in SAMPLE_LOGS.iterdir() if p.is_dir()))
-        (Path(env.wh) / ".scratch").mkdir(exist_ok=True)
+        if env is None:
+            env = build_env(root, runs or sorted(p for p in SAMPLE_LOGS.iterdir() if p.is_dir()))
         env_path = root / "env.json"
         env.save(env_path)
         scratch = Path(env.wh) / ".scratch"
         sums = digests(root, skip=scratch)
-        _drive(s, env, env_path, n_inputs, procs, master, batch, input_seconds, progress, max_seconds, t0)
+        jobs = [{"master": master, "batch": b, "start": b * batch, "n": min(batch, n_inputs - b * batch),
+                 "landlock": b % 2 == 0, "format": ("csv", "table", "json")[b % 3], "timeout_s": timeout_s,
+                 "disarm": disarm}
+                for b in range(-(-n_inputs // batch))]
+        _drive(s, env, env_path, jobs, n_inputs, master, procs, input_seconds, progress, max_seconds, t0)
         diff = changes(sums, digests(root, skip=scratch))
         if diff:
             s.findings.append({"kind": "write", "input": "(all)", "detail": "sha256: " + "; ".join(diff[:10])})
@@ -120,20 +134,17 @@ def fuzz_statements(
         if left:
             s.findings.append({"kind": "scratch_leftover", "input": "(all)", "detail": "; ".join(left[:10])})
     finally:
-        import shutil
-
-        shutil.rmtree(root, ignore_errors=True)
+        if own:
+            shutil.rmtree(root, ignore_errors=True)
     s.seconds = time.monotonic() - t0
     return s
 
 
-def _drive(s: SqlSummary, env: Env, env_path: Path, n_inputs: int, procs: int, master: int, batch: int,
+def _drive(s: SqlSummary, env: Env, env_path: Path, jobs: list[dict], n_inputs: int, master: int, procs: int,
            input_seconds: float, progress: bool, max_seconds: float | None, t0: float) -> None:
-    n_batches = -(-n_inputs // batch)
-    queue = collections.deque(
-        {"master": master, "batch": b, "start": b * batch, "n": min(batch, n_inputs - b * batch),
-         "landlock": b % 2 == 0, "format": ("csv", "table", "json")[b % 3]}
-        for b in range(n_batches))
+    """Feed ``jobs`` to ``procs`` workers, recording their events in ``s``; a worker that hangs
+    on an input is killed and the rest of its batch goes to a new one."""
+    queue = collections.deque(jobs)
     sel = selectors.DefaultSelector()
     workers: list[Worker] = []
     last_print = time.monotonic()
@@ -170,7 +181,7 @@ def _drive(s: SqlSummary, env: Env, env_path: Path, n_inputs: int, procs: int, m
             feed(start_worker())
 
     try:
-        for _ in range(min(procs, n_batches)):
+        for _ in range(min(procs, len(jobs))):
             feed(start_worker())
         while any(w.job is not None for w in workers):
             for key, _ in sel.select(timeout=1.0):
@@ -227,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=200, help="inputs per forked child (one query connection)")
     ap.add_argument("--input-seconds", type=float, default=60.0, help="time budget of one input (hang above)")
     ap.add_argument("--max-seconds", type=float, help="stop starting batches after this long (report what ran)")
+    ap.add_argument("--timeout", type=float, default=FUZZ_TIMEOUT_S, help="polytrace query --timeout of each input")
     ap.add_argument("--json", type=Path, help="write the findings here")
     ap.add_argument("--show", help="MASTER:INDEX: print that input (for a fresh environment) and stop")
     args = ap.parse_args(argv)
@@ -238,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"-- {', '.join(inp.kinds)} (paths are those of a fresh fuzz environment)\n{inp.sql}")
         return 0
     s = fuzz_statements(args.inputs, args.procs, args.seed, args.batch, input_seconds=args.input_seconds,
-                        max_seconds=args.max_seconds)
+                        max_seconds=args.max_seconds, timeout_s=args.timeout)
     print(s.text())
     if args.json:
         args.json.write_text(json.dumps(s.findings, indent=1))

@@ -64,6 +64,10 @@ def _child(job: dict, env_path: Path, out: int) -> None:
         os.write(out, (json.dumps(obj) + "\n").encode())
 
     os.environ[ENV_LANDLOCK] = "auto" if job["landlock"] else "off"
+    if job.get("disarm"):  # the fuzzer's self-test: no statement check, so that its detectors must fire
+        import analyses.sandbox
+
+        analyses.sandbox._refusal = lambda con, stmt: None
     limits = resource_limits(FUZZ_MEMORY, None)
     with query_scratch(wh) as spill:
         abi = confine(spill)
@@ -76,7 +80,7 @@ def _child(job: dict, env_path: Path, out: int) -> None:
             printed, err, code, trace = io.StringIO(), "", None, ""
             t0 = time.perf_counter()
             try:
-                code = execute(con, inp.sql, job.get("format", "csv"), FUZZ_TIMEOUT_S, limits, spill, printed)
+                code = execute(con, inp.sql, job["format"], job.get("timeout_s", FUZZ_TIMEOUT_S), limits, spill, printed)
             except UsageError as exc:
                 code, err = 2, f"polytrace query: error: {exc}"
             except BaseException as exc:  # noqa: BLE001 - what escapes is the finding (a Rust panic included)

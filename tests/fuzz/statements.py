@@ -68,6 +68,7 @@ def build_env(root: Path, runs: list[Path]) -> Env:
     for r in runs:
         pt.ingest(r, refresh=False)
     pt.refresh_catalog()
+    (wh / ".scratch").mkdir()  # the scratch area: its own mtime never counts as a write
     tok = {k: f"CANARY{secrets.token_hex(8)}" for k in
            ("csv", "txt", "json", "parquet", "db", "hidden_name", "hidden", "wh_name", "wh_parquet", "notes",
             "staging", "env")}
@@ -412,11 +413,43 @@ class _Gen:
         return out
 
 
+# known attacks, one in every CANNED_EVERY inputs (dressed like the others): the statement of
+# issue 25 first; a COPY over a published file every fourth, so that every batch of 40 has one
+CANNED = (
+    ("EXPLAIN ANALYZE COPY", "EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO {pub} (FORMAT parquet, USE_TMP_FILE false)"),
+    ("SELECT", "SELECT * FROM read_text({canary})"),
+    ("EXPORT", "EXPORT DATABASE {out_dir}"),
+    ("SELECT", "SELECT * FROM glob({out_glob})"),
+    ("COPY", "COPY steps TO {pub} (FORMAT parquet, USE_TMP_FILE false)"),
+    ("ATTACH", "ATTACH {out_db} AS a; CREATE TABLE a.t AS SELECT 42"),
+    ("SET", "SET allowed_paths = ['/']; SELECT * FROM read_text('/etc/passwd')"),
+    ("CALL", "CALL enable_logging(storage := 'file', storage_path := {out_dir})"),
+    ("EXPLAIN ANALYZE COPY", "EXPLAIN (ANALYZE, FORMAT json) COPY steps TO {pub} (FORMAT parquet, USE_TMP_FILE false)"),
+    ("COPY", "COPY (SELECT 1 AS x) TO {out_csv}"),
+    ("COPY", "COPY (SELECT 1 AS x) TO {manifest}"),
+    ("SELECT", "SELECT * FROM read_csv({unpublished})"),
+)
+CANNED_EVERY = 10
+
+
+def _canned(rng: random.Random, env: Env, index: int) -> tuple[str, str]:
+    kind, sql = CANNED[(index // CANNED_EVERY) % len(CANNED)]
+    return kind, sql.format(
+        pub=_q(rng.choice(env.published)), canary=_q(rng.choice(env.canaries)), out_dir=_q(f"{env.outside}/export"),
+        out_glob=_q(f"{env.outside}/sub/*"), out_db=_q(f"{env.outside}/new.duckdb"),
+        out_csv=_q(f"{env.outside}/new.csv"), manifest=_q(f"{env.wh}/manifests/x.json"),
+        unpublished=_q(rng.choice(env.unpublished)))
+
+
 def make_input(master: int, index: int, env: Env) -> Input:
     """Input ``index`` of seed ``master``: one to four statements, dressed, some cut short; nearly
-    half of the inputs are queries only (so that they run, and read), the others mix every kind."""
+    half of the inputs are queries only (so that they run, and read), the others mix every kind;
+    every tenth is a known attack (:data:`CANNED`)."""
     rng = random.Random(f"{master}:{index}")
     g = _Gen(rng, env)
+    if index % CANNED_EVERY == 0:
+        kind, sql = _canned(rng, env, index)
+        return Input(g.dress(sql), [kind] * (sql.count(";") + 1))
     queries_only = rng.random() < 0.45
     stmts, kinds = [], []
     for _ in range(rng.choice([1, 1, 1, 2, 2, 3, 4])):

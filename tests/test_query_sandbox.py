@@ -237,3 +237,14 @@ def test_every_statement_prints_its_result(wh: Path, capsys) -> None:
     assert "-- [1/2] SELECT count(*) AS n FROM steps" in out and "-- [2/2] SELECT max(step) AS last FROM steps" in out
     results = PolyTrace(wh).query(sql)
     assert [df.item() for _stmt, df in results] == [3, 2]
+
+
+def test_a_published_file_gone_is_one_line_not_a_traceback(wh: Path, tmp_path: Path, capsys) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(wh, copy)
+    _published(copy).unlink()
+    assert main(["query", "SELECT count(*) FROM steps", "--warehouse", str(copy)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("polytrace query: error: cannot open the warehouse's views: IO Error"), err

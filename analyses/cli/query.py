@@ -49,7 +49,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sql", help="one or more SQL queries (SELECT, WITH, FROM, DESCRIBE, SUMMARIZE, EXPLAIN ...)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
-                   help=f"stop the query after this long, exit 2 (default ${ENV_TIMEOUT} or "
+                   help=f"stop the statements after this long in all, exit 2 (default ${ENV_TIMEOUT} or "
                         f"{DEFAULT_TIMEOUT_S:.0f}; 0: no limit)")
     p.add_argument("--memory-limit", metavar="SIZE", default=None,
                    help=f"DuckDB's memory limit, e.g. 2GB, 512MiB, 25%% (default ${ENV_MEMORY}, or the lesser of "
@@ -252,6 +252,8 @@ def _run(args: argparse.Namespace) -> int:
         except duckdb.OutOfMemoryException as exc:
             raise UsageError(f"the warehouse's views do not fit the {human_bytes(limits.memory_bytes)} memory limit "
                              f"(--memory-limit SIZE or ${ENV_MEMORY}): {one_line(exc)}") from exc
+        except duckdb.Error as exc:  # e.g. a published file gone while the views bind
+            raise UsageError(f"cannot open the warehouse's views: {one_line(exc)}") from exc
         try:
             return execute(con, args.sql, args.format, timeout_s, limits, spill, sys.stdout)
         finally:
@@ -263,8 +265,8 @@ COMMAND = Command(
     help="run read-only SQL against the warehouse tables and views",
     description="Run read-only SQL in DuckDB's sandbox: every table and view of the warehouse contract by name, "
     "nothing else on disk. Several statements separated by ';' print one result each. Memory, spill space and "
-    "time are bounded (exceeded: one line, exit 2); run as a command, the process cannot write any file "
-    f"(Linux Landlock; ${ENV_LANDLOCK}=auto|require|off).",
+    "time are bounded (exceeded: one line, exit 2); run as a command, the process cannot write any file outside "
+    f"its own spill directory (Linux Landlock; ${ENV_LANDLOCK}=auto|require|off).",
     epilog='example:\n  polytrace query "SELECT run_id, count(*) FROM steps GROUP BY 1" --format csv',
     add_arguments=_arguments,
     run=_run,

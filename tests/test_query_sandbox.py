@@ -106,6 +106,10 @@ def test_the_command_refuses_the_issue_statement_as_its_own_process(wh: Path) ->
     assert out.stderr.strip().splitlines() == [
         "polytrace query: error: read-only: EXPLAIN COPY statements are not allowed (only queries)"]
     assert _sha(target) == before
+    # and a query runs there, confined, under its reader lease (the lock file opened read-only)
+    ok = _command(["query", "SELECT count(*) AS n FROM steps", "--format", "csv", "--warehouse", str(wh)],
+                  POLYTRACE_LANDLOCK="require")
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "n\n3\n", ""), ok
 
 
 _WRITE_THROUGH_DUCKDB = """

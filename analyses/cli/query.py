@@ -37,6 +37,7 @@ from analyses.duckdb_limits import (
 )
 from analyses.sandbox import QueryRefused, one_line, query_statements, result_frames, statement_text
 from analyses.views import all_views
+from analyses.warehouse import reader_lease
 
 DEFAULT_TIMEOUT_S = 300.0
 ENV_TIMEOUT = "POLYTRACE_QUERY_TIMEOUT"
@@ -236,17 +237,17 @@ def _timeout(args: argparse.Namespace) -> float:
     return value
 
 
-def _run(args: argparse.Namespace) -> int:
-    try:
-        limits = resource_limits(args.memory_limit, args.temp_limit)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    timeout_s = _timeout(args)
-    pt = warehouse(args)
-    root = pt.read_root()
-    with query_scratch(root) as spill:
-        if getattr(args, "own_process", False):
-            confine(spill)  # before DuckDB starts a thread: every one of them inherits it
+@contextmanager
+def sandbox_connection(root: Path, limits: ResourceLimits,
+                       landlocked: bool) -> Iterator[tuple[duckdb.DuckDBPyConnection, Path, int]]:
+    """The query connection, its spill directory and the Landlock ABI enforced (0: none), as the
+    command opens them: a scratch directory of its own, a reader lease, Landlock on this process
+    when ``landlocked`` (as ``$POLYTRACE_LANDLOCK`` says), then the sandboxed catalog connection
+    within ``limits``."""
+    # the reader lease's lock file is opened for writing when it can be: take it before Landlock
+    # (the connection's own lease then opens the same file read-only)
+    with query_scratch(root) as spill, reader_lease(root):
+        abi = confine(spill) if landlocked else 0  # before DuckDB starts a thread: they all inherit it
         try:
             con = catalog.connect(root, all_views(), sandbox=True, limits=limits, spill=spill)
         except duckdb.OutOfMemoryException as exc:
@@ -255,9 +256,20 @@ def _run(args: argparse.Namespace) -> int:
         except duckdb.Error as exc:  # e.g. a published file gone while the views bind
             raise UsageError(f"cannot open the warehouse's views: {one_line(exc)}") from exc
         try:
-            return execute(con, args.sql, args.format, timeout_s, limits, spill, sys.stdout)
+            yield con, spill, abi
         finally:
             con.close()
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        limits = resource_limits(args.memory_limit, args.temp_limit)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    timeout_s = _timeout(args)
+    pt = warehouse(args)
+    with sandbox_connection(pt.read_root(), limits, getattr(args, "own_process", False)) as (con, spill, _):
+        return execute(con, args.sql, args.format, timeout_s, limits, spill, sys.stdout)
 
 
 COMMAND = Command(

@@ -2,12 +2,12 @@
 SQL inputs (:mod:`tests.fuzz.statements`) through ``polytrace query``'s own code, in a child
 process forked for the batch:
 
-- the child confines itself as the command does (:func:`analyses.cli.query.confine`: Landlock,
-  where the job says so; the other batches test the sandbox without the kernel's help), opens
-  the query connection as the command does (``catalog.connect(..., sandbox=True)`` with the
-  fuzz's memory limit, spilling to its own scratch directory) and gives each input to the
-  command's :func:`analyses.cli.query.execute`, whose refusals and failures become the one line
-  the command prints (exit 2);
+- the child opens the query connection exactly as the command does
+  (:func:`analyses.cli.query.sandbox_connection`: its own scratch directory, a reader lease,
+  Landlock where the job says so -- the other batches test the sandbox without the kernel's
+  help -- and ``catalog.connect(..., sandbox=True)`` with the fuzz's memory limit) and gives each
+  input to the command's :func:`analyses.cli.query.execute`, whose refusals and failures become
+  the one line the command prints (exit 2);
 - after each input it compares every file under the fuzz root with the snapshot before it
   (writes), looks for the canary tokens in what the command printed (reads), and records any
   exception that escaped (a traceback), an error message of more than one line, and a write
@@ -49,11 +49,9 @@ def outcome(code: int | None, err: str) -> str:
 
 
 def _child(job: dict, env_path: Path, out: int) -> None:
-    from analyses import catalog
     from analyses.cli.common import UsageError
-    from analyses.cli.query import ENV_LANDLOCK, confine, execute, query_scratch
+    from analyses.cli.query import ENV_LANDLOCK, execute, sandbox_connection
     from analyses.duckdb_limits import resource_limits
-    from analyses.views import all_views
     from tests.fuzz.statements import Env, changes, leaks, make_input, snapshot
 
     env = Env.load(env_path)
@@ -69,10 +67,8 @@ def _child(job: dict, env_path: Path, out: int) -> None:
 
         analyses.sandbox._refusal = lambda con, stmt: None
     limits = resource_limits(FUZZ_MEMORY, None)
-    with query_scratch(wh) as spill:
-        abi = confine(spill)
+    with sandbox_connection(wh, limits, landlocked=True) as (con, spill, abi):
         emit({"ev": "abi", "abi": abi})
-        con = catalog.connect(wh, all_views(), sandbox=True, limits=limits, spill=spill)
         before = snapshot(root, skip=wh / SCRATCH)
         for i in range(job["start"], job["start"] + job["n"]):
             emit({"ev": "start", "i": i})
@@ -107,7 +103,6 @@ def _child(job: dict, env_path: Path, out: int) -> None:
                 findings.append({"kind": "kernel_stop", "detail": err[:300]})
             emit({"ev": "done", "i": i, "outcome": kind, "kinds": inp.kinds, "seconds": round(seconds, 4),
                   "findings": findings})
-        con.close()
 
 
 def run_job(job: dict, env_path: Path) -> None:

@@ -10,9 +10,11 @@ A file is written to ``.<name>.<random>.partial`` beside it and renamed over it.
 Each staging entry is held under an exclusive ``flock`` for as long as its writer lives (the
 kernel drops it when the process dies, however it dies), so the next writer of the same output
 removes the staging left by dead writers and never touches a live one's. The writer takes the
-lock before it writes anything, so an unlocked entry with content is a dead writer's; an unlocked
-empty one is either a writer between its ``mkstemp`` and its ``flock`` (microseconds) or one that
-died there, and is removed once it is older than :data:`EMPTY_STALE_S`.
+lock before it writes anything, and creates and locks its entry while it holds an exclusive
+``flock`` on the parent directory, which the cleaner takes too: so an entry the cleaner finds unlocked
+is a dead writer's, even an empty one killed between its ``mkstemp`` and its ``flock``. Where the
+parent cannot be opened for the lock, an unlocked empty entry is removed only once it is older than
+:data:`EMPTY_STALE_S`.
 
 A directory polytrace wrote carries a :data:`MARKER` file, so that an existing directory is replaced
 only when polytrace wrote it, or it is empty, or the caller owns the location (the warehouse's
@@ -133,8 +135,26 @@ def try_lock(path: Path) -> int | None:
         return None
 
 
-def _abandoned(entry: Path) -> bool:
+@contextmanager
+def _creating(parent: Path) -> Iterator[bool]:
+    """The parent directory's exclusive lock, held while a staging entry is created and locked or
+    while stale entries are judged; yields False when the directory cannot be opened for it."""
+    try:
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield False
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield True
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+def _abandoned(entry: Path, serialized: bool) -> bool:
     """Whether a staging entry whose lock we hold is a dead writer's (see the module notes)."""
+    if serialized:
+        return True
     try:
         st = entry.lstat()
     except OSError:
@@ -151,20 +171,28 @@ def clean_stale(parent: Path, name: str) -> list[Path]:
         entries = [e for e in parent.iterdir() if pattern.fullmatch(e.name)]
     except OSError:
         return removed
-    for e in entries:
-        fd = try_lock(e)
-        if fd is None:
-            continue  # its writer is alive
-        try:
-            if _abandoned(e):
-                if e.is_dir() and not e.is_symlink():
-                    shutil.rmtree(e, ignore_errors=True)
-                else:
-                    e.unlink(missing_ok=True)
-                removed.append(e)
-        finally:
-            os.close(fd)
+    if not entries:
+        return removed
+    with _creating(parent) as serialized:
+        for e in entries:
+            removed += _remove_if_dead(e, serialized)
     return removed
+
+
+def _remove_if_dead(e: Path, serialized: bool) -> list[Path]:
+    fd = try_lock(e)
+    if fd is None:
+        return []  # its writer is alive
+    try:
+        if not _abandoned(e, serialized):
+            return []
+        if e.is_dir() and not e.is_symlink():
+            shutil.rmtree(e, ignore_errors=True)
+        else:
+            e.unlink(missing_ok=True)
+        return [e]
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------- files
@@ -179,8 +207,9 @@ def staged_file(path: Path, mode: str = "w", encoding: str | None = "utf-8") -> 
     with writing(parent):
         parent.mkdir(parents=True, exist_ok=True)
         clean_stale(parent, path.name)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=SUFFIX, dir=parent)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+        with _creating(parent):
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=SUFFIX, dir=parent)
+            fcntl.flock(fd, fcntl.LOCK_EX)
     os.fchmod(fd, 0o666 & ~_umask())
     fh = os.fdopen(fd, mode, encoding=encoding if "b" not in mode else None)
     try:
@@ -276,11 +305,11 @@ def staged_dir(out: Path, what: str, owned: bool = False) -> Iterator[StagedDir]
         parent.mkdir(parents=True, exist_ok=True)
         clean_stale(parent, out.name)
     _replaceable(out, owned)
-    with writing(parent):
+    with writing(parent), _creating(parent):
         stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=SUFFIX, dir=parent))
-    fd = os.open(stage, os.O_RDONLY)
-    try:
+        fd = os.open(stage, os.O_RDONLY)
         fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
         with writing(parent):
             os.chmod(stage, 0o777 & ~_umask())
             (stage / MARKER).write_text(json.dumps({

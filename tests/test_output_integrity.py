@@ -262,6 +262,20 @@ def test_staging_of_a_live_writer_is_left_alone_and_a_dead_ones_removed(tmp_path
             pass
 
 
+def test_a_writer_killed_between_mkstemp_and_flock_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Its entry is empty and unlocked: the next writer removes it at once (entries are created and
+    locked under the parent's lock, so an unlocked one is never a live writer's)."""
+    empty_file = tmp_path / f".spec.json.k1lled{SUFFIX}"
+    empty_file.touch()
+    empty_dir = tmp_path / f".gen.k1lled{SUFFIX}"
+    empty_dir.mkdir()
+    with staged_file(tmp_path / "spec.json") as fh:
+        fh.write("{}\n")
+    with staged_dir(tmp_path / "gen", "test"):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen", "spec.json"]
+
+
 def test_a_file_is_replaced_whole_and_a_failed_write_leaves_the_old_one(tmp_path: Path) -> None:
     p = tmp_path / "spec.json"
     p.write_text("old\n")

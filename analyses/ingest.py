@@ -23,12 +23,20 @@ import polars as pl
 from analyses.alignment import derive_step_windows
 from analyses.atomic_output import WriteFailed, writing
 from analyses.catalog import refresh_catalog
+from analyses.config_dump import config_entries
 from analyses.manifest import MANIFEST_NAME, RunManifest, load_manifest, run_id_from_name, validate_run_id
 from analyses.readers import detect, read_file, reader_by_name
 from analyses.readers.base import FileContext, UnreadableFile, read_head
 from analyses.readers.lines import looks_binary
-from analyses.run_facts import ConfigFacts, RunFacts, config_dump_file_facts, infer_run_facts, with_truncation
-from analyses.schema import RUNS, SOURCE_FILES, STEP_METRICS
+from analyses.run_facts import (
+    CONFIG_HEAD_BYTES,
+    ConfigFacts,
+    RunFacts,
+    config_dump_file_facts,
+    infer_run_facts,
+    with_truncation,
+)
+from analyses.schema import RUN_CONFIG, RUNS, SOURCE_FILES, STEP_METRICS
 from analyses.steps import StepsAccumulator, derive_steps
 from analyses.table_checks import blocking_problems
 from analyses.warehouse import DEFAULT_LOCK_WAIT_S, RunStaging, clean_stale, kill_point, run_lock
@@ -434,6 +442,7 @@ def _finish_run(
     _dedupe_step_metrics(staging, steps_acc.metric_paths, report)
     _dedupe_gpu_samples(staging, report)
     config, facts = _infer_facts(staging, report, manifest, run_path)
+    staging.replace("run_config", _config_rows(report, run_path))
     if facts.max_response_length is not None and manifest.max_response_length is None:
         samples = staging.scan("samples")
         if samples.select(pl.col("truncated").is_null().any()).collect().item():
@@ -498,6 +507,21 @@ def _infer_facts(staging: RunStaging, report: RunReport, manifest: RunManifest,
                                      config.model or found.model)
     return config, infer_run_facts(manifest.max_response_length, manifest.n_gpus, config, staging.scan("samples"),
                            staging.scan("step_metrics"), staging.scan("gpu_samples"))
+
+
+def _config_rows(report: RunReport, run_path: Path) -> pl.DataFrame:
+    """``run_config``: the config the run's first console log with one states (analyses.config_dump)."""
+    for f in report.files:
+        if f.format in _CONFIG_DUMP_FORMATS and f.status in ("ok", "partial"):
+            try:
+                head = read_head(run_path if run_path.is_file() else run_path / f.path, CONFIG_HEAD_BYTES)
+            except UnreadableFile:
+                continue
+            rows = config_entries(head)
+            if rows:
+                return pl.DataFrame([{"key": k, "value": v, "source": s, "path": f.path} for k, v, s in rows],
+                                    schema=RUN_CONFIG.stored_columns)
+    return RUN_CONFIG.empty().drop("run_id")
 
 
 def iter_run_dirs(root: Path) -> Iterator[Path]:

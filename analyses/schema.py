@@ -74,6 +74,29 @@ RUNS = Table(
     },
 )
 
+RUN_CONFIG = Table(
+    "run_config",
+    "run × config key",
+    {
+        "run_id": S,
+        "key": S,
+        "value": S,
+        "source": S,
+        "path": S,
+    },
+    key=("run_id", "key"),
+    docs={
+        "key": "dotted config key as the framework names it (data.max_response_length, "
+        "actor_rollout_ref.rollout.n, trainer.n_gpus_per_node)",
+        "value": "the value as JSON text (512, 1e-06, \"vllm\", true, null, [\"model\", \"optimizer\"]); values "
+        "over 2,000 characters are cut",
+        "source": "config_dump (the resolved config a verl console log prints at start; parsed, never evaluated) "
+        "or command_line (the launch command's Hydra overrides, when the log prints no dump); "
+        "analyses.config_dump",
+        "path": "the input file it was read from (relative to the run)",
+    },
+)
+
 SOURCE_FILES = Table(
     "source_files",
     "input file",
@@ -449,6 +472,7 @@ TABLES: dict[str, Table] = {
     t.name: t
     for t in (
         RUNS,
+        RUN_CONFIG,
         SOURCE_FILES,
         STEP_METRICS,
         STEPS,

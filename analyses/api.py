@@ -89,6 +89,16 @@ class OutputLayout:
     def export_dir(self, run_id: str, fmt: str) -> Path:
         return self.exports / run_id / fmt
 
+    @property
+    def comparisons(self) -> Path:
+        return self.reports / "comparisons"
+
+    def comparison_path(self, a: str, b: str, suffix: str = ".html") -> Path:
+        """``reports/comparisons/<B>__vs__<A>.html`` (``:`` of a step range becomes ``_``)."""
+        from analyses.figures import safe_key
+
+        return self.comparisons / f"{safe_key(b)}__vs__{safe_key(a)}{suffix}"
+
 
 @dataclass
 class FitSummary:
@@ -286,6 +296,40 @@ class PolyTrace:
                                 png_dir=png_dir, all_pngs=all_pngs, source=self.location, progress=progress)
         finally:
             con.close()
+
+    # ------------------------------------------------------------------ compare
+
+    def compare(self, a: str, b: str, n_boot: int | None = None) -> Any:
+        """What changed from ``a`` to ``b`` (runs, or step ranges ``run:1-100``): an
+        :class:`analyses.compare.Comparison`, ranked biggest credible difference first. ValueError for
+        a malformed side, KeyError for a run the warehouse lacks."""
+        from analyses.compare import compare, parse_side
+        from analyses.compare.stats import N_BOOT
+
+        sa, sb = parse_side(a), parse_side(b)
+        con = self.connect()
+        try:
+            have = {r for (r,) in con.sql("SELECT run_id FROM runs").fetchall()}
+            missing = [s.run_id for s in (sa, sb) if s.run_id not in have]
+            if missing:
+                raise KeyError(f"run(s) not in the warehouse: {', '.join(dict.fromkeys(missing))}")
+            return compare(con, sa, sb, n_boot=n_boot or N_BOOT)
+        finally:
+            con.close()
+
+    def compare_report(self, cmp: Any, out: Path | None = None, png: bool = True) -> ReportResult:
+        """Write a comparison (:meth:`compare`) as one HTML page, its JSON beside it, and a PNG of its
+        overlaid curves; default ``<warehouse>/reports/comparisons/<B>__vs__<A>.html``."""
+        from analyses.report import build_comparison_report
+
+        out = out if out is not None else self.layout.comparison_path(cmp.a.label, cmp.b.label)
+        con = self.connect()
+        try:
+            res = build_comparison_report(con, cmp, out, png=png, source=self.location)
+        finally:
+            con.close()
+        out.with_suffix(".json").write_text(json.dumps(cmp.to_dict(), indent=1) + "\n")
+        return res
 
     # ------------------------------------------------------------------ fit
 

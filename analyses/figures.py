@@ -411,3 +411,59 @@ def compare_imbalance_figure(imbalance: pl.DataFrame) -> go.Figure:
     fig.update_layout(boxmode="group")
     fig.update_yaxes(type="log", title_text="max / mean per step")
     return _layout(fig, "Cross-run load imbalance")
+
+
+def compare_curves_figure(curves: pl.DataFrame, alerts: pl.DataFrame, panels: tuple[tuple[str, str], ...],
+                          axes: tuple[tuple[str, str], ...], title: str) -> go.Figure:
+    """Per-step metrics of several runs (or step ranges) overlaid, one row per metric of ``panels``
+    that some series has; ``curves`` holds a ``series`` label, the x columns of ``axes`` and the
+    metric columns. Each series' alerts (``alerts``: series, kind, first_step, last_step, detail) are
+    dashed lines in its colour at the alert's first step. Buttons switch the x axis between
+    ``axes`` (aligned step, wall time, tokens seen, as the curves have them); the first is drawn."""
+    rows = [(c, label) for c, label in panels if c in curves.columns and curves[c].drop_nulls().len()]
+    have_axes = [(c, t) for c, t in axes if c in curves.columns and curves[c].drop_nulls().len()]
+    fig = make_subplots(rows=max(len(rows), 1), cols=1, shared_xaxes=True, vertical_spacing=0.035,
+                        subplot_titles=[label for _c, label in rows] or [""])
+    if not rows or not have_axes:
+        return fig
+    series = list(dict.fromkeys(curves.sort("series", maintain_order=True)["series"].to_list()))
+    xs: dict[str, list[list]] = {c: [] for c, _t in have_axes}  # per axis: the x of every trace, in order
+    for i, name in enumerate(series):
+        g = curves.filter(pl.col("series") == name).sort("step")
+        al = alerts.filter(pl.col("series") == name) if alerts.height else alerts
+        for r, (col, label) in enumerate(rows, start=1):
+            d = g.filter(pl.col(col).is_not_null())
+            fig.add_trace(go.Scatter(x=d[have_axes[0][0]], y=d[col], mode="lines+markers", marker={"size": 3},
+                                     line={"color": _color(i), "width": 1.5}, name=name, legendgroup=name,
+                                     showlegend=r == 1, customdata=d["step"],
+                                     hovertemplate=f"{name}<br>step %{{customdata}}: %{{y:.4g}}<extra>{label}</extra>"),
+                          row=r, col=1)
+            for c, _t in have_axes:
+                xs[c].append(d[c].to_list())
+            if al.height and d.height:
+                lo, hi = d[col].min(), d[col].max()
+                cols = list(dict.fromkeys(["step", *[c for c, _t in have_axes]]))
+                at = al.join(g.select(cols), left_on="first_step", right_on="step", suffix="_x")
+                at = at.with_columns(step=pl.col("first_step")) if "step" not in at.columns else at
+                if not at.height:
+                    continue
+                ys = [y for _ in range(at.height) for y in (lo, hi, None)]
+                text = [f"{k}: {t}" for k, t in zip(at["kind"], at["detail"], strict=True) for _ in range(3)]
+                fig.add_trace(go.Scatter(x=[x for v in at[have_axes[0][0]] for x in (v, v, None)], y=ys, mode="lines",
+                                         line={"color": _color(i), "dash": "dash", "width": 1}, hovertext=text,
+                                         hoverinfo="text", name=f"{name} alerts", legendgroup=name,
+                                         showlegend=False), row=r, col=1)
+                for c, _t in have_axes:
+                    xs[c].append([x for v in at[c] for x in (v, v, None)])
+    n = len(rows)
+    bottom = f"xaxis{n if n > 1 else ''}"
+    fig.update_xaxes(title_text=have_axes[0][1], row=n, col=1)
+    if len(have_axes) > 1:
+        buttons = [{"label": t, "method": "update", "args": [{"x": xs[c]}, {f"{bottom}.title.text": t}]}
+                   for c, t in have_axes]
+        fig.update_layout(updatemenus=[{"type": "buttons", "direction": "right", "buttons": buttons, "x": 0.0,
+                                        "xanchor": "left", "y": 1.0, "yanchor": "bottom", "pad": {"t": 30},
+                                        "showactive": True}])
+    fig = _layout(fig, title, height=max(300, 170 * n + 110))
+    fig.update_layout(margin={"t": 110})
+    return fig

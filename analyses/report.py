@@ -46,10 +46,11 @@ class Section:
     headline: pl.DataFrame
     figures: list[FigureSpec] = field(default_factory=list)
     views: tuple[View, ...] = ()
+    notes: list[str] = field(default_factory=list)  # lines shown under the headline table
 
     @property
     def empty(self) -> bool:
-        return self.headline.height == 0
+        return self.headline.height == 0 and not self.figures
 
 
 @dataclass
@@ -124,22 +125,70 @@ def group_section(con: duckdb.DuckDBPyConnection, group: ViewGroup, runs: list[s
     return Section(group.name, group.title, group.question, group.needs, head, figs, group.views)
 
 
+# the comparison section ranks each run's differences from the first chosen run up to this many runs
+# (a comparison is a second or two: over more runs the overlaid curves and tables still show them all)
+PAIRWISE_MAX_RUNS = 8
+PAIR_TOP = 12  # ranked differences shown per pair
+
+
 def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: ViewReader | None = None) -> Section:
-    """Cross-run comparison: length quantiles, step-time variation, imbalance side by side."""
+    """Cross-run comparison: per-step curves overlaid on an aligned axis with the alerts marked, the
+    ranked credible differences of each run from the first (:mod:`analyses.compare`), then length
+    quantiles, step-time variation and imbalance side by side."""
+    from analyses.compare import Side, compare
+    from analyses.compare.curves import AXES, PANELS, run_curves
+    from analyses.compare.render import differences_frame
+
     read = read or view_reader(con, runs)
+    curves, alerts = run_curves(con, runs)
     q = read("length_quantiles")
-    head = q.filter(pl.col("kind") == "response").select(
-        "run_id", "task", "n", pl.col("mean").round(1), "p50", "p90", "p99", "p999", "max",
-        pl.col("max_over_mean").round(2), pl.col("p99_over_p50").round(2)).sort("run_id", "task")
     cdf = read("length_cdf")
     figs = [
+        FigureSpec("compare__curves", F.compare_curves_figure(curves, alerts, PANELS, AXES,
+                                                              "Per-step metrics, runs overlaid (dashed: alerts)"), True),
         FigureSpec("compare__cdf_response", F.length_cdf_figure(cdf, q, "response"), True),
         FigureSpec("compare__quantiles", F.compare_quantiles_figure(q), True),
         FigureSpec("compare__variance", F.compare_variance_figure(read("step_variance"))),
         FigureSpec("compare__imbalance", F.compare_imbalance_figure(read("rank_imbalance"))),
     ]
-    return Section("compare", "Cross-run comparison", f"How do the {len(runs)} selected runs differ?",
-                   "several runs", head, [f for f in figs if f.drawn])
+    frames, notes = [], []
+    if len(runs) <= PAIRWISE_MAX_RUNS:
+        base = runs[0]
+        for other in runs[1:]:
+            cmp = compare(con, Side(base), Side(other))
+            top = PAIR_TOP if len(runs) == 2 else max(3, PAIR_TOP // (len(runs) - 1))
+            frames.append(differences_frame(cmp, top=top, credible_only=len(runs) > 2)
+                          .select(pl.lit(f"{other} vs {base}").alias("B vs A"), pl.exclude("verdict")))
+            notes.append(f"{other} vs {base}: {len(cmp.credible)} credible difference(s); compared on "
+                         f"{cmp.alignment.note}"
+                         + (f"; not compared: {'; '.join(n['quantity'] + ' (' + n['reason'] + ')' for n in cmp.not_compared)}"
+                            if cmp.not_compared else ""))
+        notes.append("credible: beyond the step-to-step spread of both runs (`polytrace compare A B` gives the "
+                     "whole list and the test: a moving-block bootstrap over steps, Holm-adjusted)")
+    else:
+        notes.append(f"more than {PAIRWISE_MAX_RUNS} runs: no pairwise ranking (`polytrace compare A B` ranks any two)")
+    head = pl.concat(frames) if frames else pl.DataFrame()
+    return Section("compare", "Cross-run comparison", f"How do the {len(runs)} selected runs differ, and is it real?",
+                   "several runs", head, [f for f in figs if f.drawn], notes=notes)
+
+
+def pair_section(con: duckdb.DuckDBPyConnection, cmp: Any) -> Section:
+    """The section of one :class:`~analyses.compare.Comparison` (``polytrace compare --format html``):
+    every ranked difference, the two sides' per-step curves overlaid, what was not compared."""
+    from analyses.compare.curves import AXES, PANELS, side_curves
+    from analyses.compare.render import differences_frame
+
+    a, b = f"A: {cmp.a.label}", f"B: {cmp.b.label}"
+    curves, alerts = side_curves(con, [(a, cmp.a, cmp.alignment.steps_a), (b, cmp.b, cmp.alignment.steps_b)])
+    axes = AXES if cmp.alignment.paired else (AXES[1], AXES[0], *AXES[2:])  # step ranges: aligned at their start
+    fig = F.compare_curves_figure(curves, alerts, PANELS, axes, f"{cmp.b.label} against {cmp.a.label}, per step")
+    notes = [f"compared on {cmp.alignment.note}", *cmp.notes[1:]]
+    notes += [f"not compared: {n['quantity']}: {n['reason']}" for n in cmp.not_compared]
+    notes.append("test: " + cmp.test)
+    return Section("compare", f"{cmp.b.label} against {cmp.a.label}",
+                   f"What changed from A to B, and by how much? {len(cmp.credible)} credible difference(s).",
+                   "two runs or step ranges", differences_frame(cmp).drop("verdict"),
+                   [f for f in [FigureSpec("compare__curves", fig, True)] if f.drawn], notes=notes)
 
 
 def selected_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None) -> list[str]:
@@ -267,6 +316,7 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
 td:first-child,th:first-child{text-align:left}.empty-note{color:#888}
 details{font-size:12px;color:#444;margin:6px 0}details code{white-space:pre-wrap}
 .figure{margin:10px 0;min-height:200px}footer{font-size:12px;color:#666;margin:18px 24px}
+#compare td:last-child{white-space:normal;text-align:left;min-width:34em}.notes{font-size:12px;color:#444}
 """
 
 
@@ -289,7 +339,10 @@ def _section_html(s: Section) -> str:
     if s.empty:
         parts.append(f"<p class='empty-note'>No data in the selected runs: this view needs {html.escape(s.needs)}.</p>")
     else:
-        parts.append(frame_html(s.headline))
+        if s.headline.height:
+            parts.append(frame_html(s.headline))
+        if s.notes:
+            parts.append("<ul class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in s.notes) + "</ul>")
         for spec in s.figures:
             div = pio.to_html(spec.fig, full_html=False, include_plotlyjs=False, div_id=f"fig-{spec.key}",
                               config={"displaylogo": False, "responsive": True})
@@ -301,7 +354,8 @@ def _section_html(s: Section) -> str:
     return "\n".join(parts)
 
 
-def render_html(sections: list[Section], runs: list[str], warehouse: str, png_note: str | None) -> str:
+def render_html(sections: list[Section], runs: list[str], warehouse: str, png_note: str | None,
+                title: str = "PolyTrace workload characterization") -> str:
     from plotly.offline import get_plotlyjs
 
     nav = "".join(f"<a href='#{s.group}' class='{'empty' if s.empty else ''}'>{html.escape(s.title)}</a>" for s in sections)
@@ -309,12 +363,12 @@ def render_html(sections: list[Section], runs: list[str], warehouse: str, png_no
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     foot = html.escape(png_note) if png_note else "Static PNGs of the key figures were written next to this file."
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>PolyTrace characterization</title>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>{_CSS}</style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body data-figures="{n_fig}">
-<header><h1>PolyTrace workload characterization</h1>
+<header><h1>{html.escape(title)}</h1>
 <p>{len(runs)} run(s): {html.escape(", ".join(runs))} · warehouse {html.escape(warehouse)} · generated {generated}</p></header>
 <nav>{nav}</nav>
 {"".join(_section_html(s) for s in sections)}
@@ -384,3 +438,20 @@ def build_report(
     # the HTML last: a report file is never older than the PNG directory beside it
     write_text(out, render_html(sections, chosen, source, note))
     return ReportResult(out, sections, pngs, note)
+
+
+def build_comparison_report(con: duckdb.DuckDBPyConnection, cmp: Any, out: Path, png: bool = True,
+                            png_dir: Path | None = None, source: str = "") -> ReportResult:
+    """One self-contained HTML page for a :class:`~analyses.compare.Comparison` (its
+    :func:`pair_section`), with a PNG of its overlaid curves beside it when a browser is available."""
+    section = pair_section(con, cmp)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pngs: dict[str, Path] = {}
+    note: str | None = "PNG export not requested"
+    if png:
+        pngs, note = write_pngs(section.figures, png_dir if png_dir is not None else out.with_name(out.stem + "_png"))
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(render_html([section], [cmp.a.label, cmp.b.label], source, note,
+                               title=f"PolyTrace comparison: {cmp.b.label} against {cmp.a.label}"), encoding="utf-8")
+    tmp.replace(out)
+    return ReportResult(out, [section], pngs, note)

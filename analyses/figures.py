@@ -459,11 +459,12 @@ def compare_curves_figure(curves: pl.DataFrame, alerts: pl.DataFrame, panels: tu
     bottom = f"xaxis{n if n > 1 else ''}"
     fig.update_xaxes(title_text=have_axes[0][1], row=n, col=1)
     if len(have_axes) > 1:
-        buttons = [{"label": t, "method": "update", "args": [{"x": xs[c]}, {f"{bottom}.title.text": t}]}
+        buttons = [{"label": f"x: {t}", "method": "update", "args": [{"x": xs[c]}, {f"{bottom}.title.text": t}]}
                    for c, t in have_axes]
-        fig.update_layout(updatemenus=[{"type": "buttons", "direction": "right", "buttons": buttons, "x": 0.0,
-                                        "xanchor": "left", "y": 1.0, "yanchor": "bottom", "pad": {"t": 30},
-                                        "showactive": True}])
+        # a dropdown at the right of the first row's (centred) title: it covers no curve and no title
+        fig.update_layout(updatemenus=[{"type": "dropdown", "direction": "down", "buttons": buttons, "x": 1.0,
+                                        "xanchor": "right", "y": 1.0, "yanchor": "bottom", "pad": {"b": 4},
+                                        "showactive": True, "font": {"size": 11}}])
     fig = _layout(fig, title, height=max(300, 170 * n + 110))
     fig.update_layout(margin={"t": 110})
     return fig

@@ -47,6 +47,7 @@ class Section:
     figures: list[FigureSpec] = field(default_factory=list)
     views: tuple[View, ...] = ()
     notes: list[str] = field(default_factory=list)  # lines shown under the headline table
+    tables: list[tuple[str, pl.DataFrame]] = field(default_factory=list)  # (caption, frame) after the notes
 
     @property
     def empty(self) -> bool:
@@ -142,6 +143,9 @@ def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: Vi
     read = read or view_reader(con, runs)
     curves, alerts = run_curves(con, runs)
     q = read("length_quantiles")
+    head = q.filter(pl.col("kind") == "response").select(
+        "run_id", "task", "n", pl.col("mean").round(1), "p50", "p90", "p99", "p999", "max",
+        pl.col("max_over_mean").round(2), pl.col("p99_over_p50").round(2)).sort("run_id", "task")
     cdf = read("length_cdf")
     figs = [
         FigureSpec("compare__curves", F.compare_curves_figure(curves, alerts, PANELS, AXES,
@@ -151,25 +155,22 @@ def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: Vi
         FigureSpec("compare__variance", F.compare_variance_figure(read("step_variance"))),
         FigureSpec("compare__imbalance", F.compare_imbalance_figure(read("rank_imbalance"))),
     ]
-    frames, notes = [], []
+    tables, notes = [], []
     if len(runs) <= PAIRWISE_MAX_RUNS:
         base = runs[0]
         for other in runs[1:]:
             cmp = compare(con, Side(base), Side(other))
             top = PAIR_TOP if len(runs) == 2 else max(3, PAIR_TOP // (len(runs) - 1))
-            frames.append(differences_frame(cmp, top=top, credible_only=len(runs) > 2)
-                          .select(pl.lit(f"{other} vs {base}").alias("B vs A"), pl.exclude("verdict")))
-            notes.append(f"{other} vs {base}: {len(cmp.credible)} credible difference(s); compared on "
-                         f"{cmp.alignment.note}"
-                         + (f"; not compared: {'; '.join(n['quantity'] + ' (' + n['reason'] + ')' for n in cmp.not_compared)}"
-                            if cmp.not_compared else ""))
-        notes.append("credible: beyond the step-to-step spread of both runs (`polytrace compare A B` gives the "
-                     "whole list and the test: a moving-block bootstrap over steps, Holm-adjusted)")
+            caption = (f"{other} against {base}: {len(cmp.credible)} credible difference(s) "
+                       f"(top {top}{', credible only' if len(runs) > 2 else ''}), on {cmp.alignment.note}")
+            tables.append((caption, differences_frame(cmp, top=top, credible_only=len(runs) > 2).drop("verdict")))
+            notes += [f"{other} against {base}, not compared: {n['quantity']}: {n['reason']}" for n in cmp.not_compared]
+        notes.append("credible: beyond the step-to-step spread of both runs (a moving-block bootstrap over steps, "
+                     "Holm-adjusted); `polytrace compare A B` gives every difference and the test")
     else:
         notes.append(f"more than {PAIRWISE_MAX_RUNS} runs: no pairwise ranking (`polytrace compare A B` ranks any two)")
-    head = pl.concat(frames) if frames else pl.DataFrame()
     return Section("compare", "Cross-run comparison", f"How do the {len(runs)} selected runs differ, and is it real?",
-                   "several runs", head, [f for f in figs if f.drawn], notes=notes)
+                   "several runs", head, [f for f in figs if f.drawn], notes=notes, tables=tables)
 
 
 def pair_section(con: duckdb.DuckDBPyConnection, cmp: Any) -> Section:
@@ -317,6 +318,7 @@ td:first-child,th:first-child{text-align:left}.empty-note{color:#888}
 details{font-size:12px;color:#444;margin:6px 0}details code{white-space:pre-wrap}
 .figure{margin:10px 0;min-height:200px}footer{font-size:12px;color:#666;margin:18px 24px}
 #compare td:last-child{white-space:normal;text-align:left;min-width:34em}.notes{font-size:12px;color:#444}
+h3.table-caption{font-size:13px;margin:14px 0 2px;font-weight:600}
 """
 
 
@@ -341,6 +343,8 @@ def _section_html(s: Section) -> str:
     else:
         if s.headline.height:
             parts.append(frame_html(s.headline))
+        for caption, frame in s.tables:
+            parts.append(f"<h3 class='table-caption'>{html.escape(caption)}</h3>{frame_html(frame)}")
         if s.notes:
             parts.append("<ul class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in s.notes) + "</ul>")
         for spec in s.figures:

@@ -30,6 +30,17 @@ class RunData:
     facts: dict[str, Any] = field(default_factory=dict)
     config: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (value JSON, source)
     axes: pl.DataFrame = field(default_factory=pl.DataFrame)  # step, elapsed_s, tokens_seen
+    _by_quantity: dict[str, pl.DataFrame] | None = field(default=None, repr=False)
+
+    def values(self, key: str) -> pl.DataFrame:
+        """(step, value) of one quantity, in step order (partitioned once: a comparison asks for ~40)."""
+        if self._by_quantity is None:
+            self._by_quantity = {k: f.select("step", "value").sort("step")
+                                 for (k,), f in self.series.partition_by("quantity", as_dict=True).items()}
+        return self._by_quantity.get(key, _EMPTY)
+
+
+_EMPTY = pl.DataFrame(schema={"step": pl.Int64, "value": pl.Float64})
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, run_id: str) -> pl.DataFrame:
@@ -110,8 +121,9 @@ def load_run(con: duckdb.DuckDBPyConnection, run_id: str) -> RunData:
             UNION ALL SELECT trainer_step FROM filter_batches WHERE run_id = $1
             UNION ALL SELECT step FROM step_windows WHERE run_id = $1
         ) WHERE step IS NOT NULL""", run_id)["step"].to_list()
-    steps = sorted({int(s) for s in [*health["step"].to_list(), *other] if s is not None})
     partial = health.filter(pl.col("partial"))["step"].to_list()
+    # a partial step (cut short mid-rollout) is no step to compare on: every quantity leaves it out
+    steps = sorted({int(s) for s in [*health["step"].to_list(), *other] if s is not None} - set(partial))
     gpu_time = _rows(con, """
         SELECT t.ts, avg(t.util_pct) AS value FROM gpu_timeline t
         JOIN (SELECT DISTINCT host, gpu FROM gpu_utilization
@@ -132,21 +144,24 @@ def load_run(con: duckdb.DuckDBPyConnection, run_id: str) -> RunData:
 
 
 def restrict(data: RunData, steps: tuple[int, ...]) -> RunData:
-    """``data`` on ``steps`` only. Telemetry over time is cut to those steps' windows when the run
-    has windows and not every step is compared; alerts are kept when their stretch overlaps them."""
-    keep = pl.Series("step", list(steps), dtype=pl.Int64)
-    gpu = data.gpu_time
+    """``data`` on ``steps`` only (``data`` itself when that is every step it has)."""
+    if set(steps) == set(data.steps):
+        return data
+    keep = pl.col("step").is_in(pl.Series("step", list(steps), dtype=pl.Int64).implode())
+    gpu, alerts = over_steps(data, steps)
+    return RunData(data.run_id, list(steps), data.series.filter(keep),
+                   {k: v.filter(keep) for k, v in data.samples.items()}, gpu, data.windows.filter(keep), alerts,
+                   data.facts, data.config, data.axes.filter(keep) if data.axes.height else data.axes)
+
+
+def over_steps(data: RunData, steps: tuple[int, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(telemetry over time, alerts) of ``steps``: the telemetry is cut to those steps' windows when
+    the run has windows and not every step is meant; an alert is kept when its stretch overlaps them."""
+    gpu, alerts = data.gpu_time, data.alerts
     if set(steps) != set(data.steps) and data.windows.height and gpu.height:
-        w = data.windows.filter(pl.col("step").is_in(keep.implode()))
+        w = data.windows.filter(pl.col("step").is_in(pl.Series(list(steps), dtype=pl.Int64).implode()))
         gpu = gpu.filter(pl.col("ts").is_between(w["start_ts"].min(), w["end_ts"].max(), closed="left")) if w.height \
             else gpu.clear()
-    alerts = data.alerts
     if steps and alerts.height:
         alerts = alerts.filter((pl.col("first_step") <= max(steps)) & (pl.col("last_step") >= min(steps)))
-    return RunData(
-        data.run_id, list(steps),
-        data.series.filter(pl.col("step").is_in(keep.implode())),
-        {k: v.filter(pl.col("step").is_in(keep.implode())) for k, v in data.samples.items()},
-        gpu, data.windows.filter(pl.col("step").is_in(keep.implode())), alerts, data.facts, data.config,
-        data.axes.filter(pl.col("step").is_in(keep.implode())) if data.axes.height else data.axes,
-    )
+    return gpu, alerts

@@ -29,7 +29,7 @@ import polars as pl
 
 from analyses.compare import stats as S
 from analyses.compare import text as T
-from analyses.compare.collect import RunData, load_run, restrict
+from analyses.compare.collect import RunData, load_run, over_steps, restrict
 from analyses.compare.quantities import (
     DIST_STATS,
     GPU_TIME,
@@ -47,8 +47,8 @@ TEST_STATEMENT = (
     "A difference is credible when it exceeds the step-to-step variation within each side. Units are "
     "training steps (samples within a step are not independent; with fewer than {min_units} steps per-sample "
     "variables fall back to prompt groups). Each side's statistic is resampled by a moving-block bootstrap over "
-    "its steps in order ({n_boot} replicates, blocks of round(n^(1/3)) steps); a quantity's p-value is the "
-    "two-sided z-test of b - a with the bootstrap standard error; a distribution's (KS, CRPS) is the share of "
+    "its steps in order ({n_boot} replicates, blocks of round(n^(1/3)) steps); a quantity's p-value is twice the "
+    "smaller share of bootstrap replicates of b - a on either side of 0; a distribution's (KS, CRPS) is the share of "
     "distances between two resamples of the same side that reach the observed one, the larger of the two sides'. "
     "p-values are Holm-adjusted over the comparison; credible when the adjusted p < {alpha}. Assumption: within "
     "a side, steps are stationary apart from dependence shorter than a block (a trend widens the side's own "
@@ -91,7 +91,8 @@ class Difference:
         d.pop("tier")
         extra = d.pop("extra")
         d.update(extra)
-        return {k: _clean(v) for k, v in d.items() if v is not None and v != {} and v != ""}
+        always = ("quantity", "a", "b", "credible", "text")  # the issue's fields, null when a side has none
+        return {k: _clean(v) for k, v in d.items() if k in always or (v is not None and v != {} and v != "")}
 
 
 def _clean(v: Any) -> Any:
@@ -139,10 +140,6 @@ class Comparison:
 
 
 # ----------------------------------------------------------------------------- measured series
-
-
-def _values(data: RunData, key: str) -> pl.DataFrame:
-    return data.series.filter(pl.col("quantity") == key).select("step", "value").sort("step")
 
 
 def _drivers(q: Quantity, va: pl.DataFrame, vb: pl.DataFrame, paired: bool, sign: float) -> list[dict[str, Any]]:
@@ -261,17 +258,18 @@ def _pooled_stat(h: S.UnitHistogram, w: np.ndarray, stat: Any) -> np.ndarray:
 # ----------------------------------------------------------------------------- facts
 
 
-def _alerts(a: RunData, b: RunData, not_compared: list[dict[str, str]]) -> list[Difference]:
+def _alerts(alerts_a: pl.DataFrame, alerts_b: pl.DataFrame, a: RunData, b: RunData,
+            not_compared: list[dict[str, str]]) -> list[Difference]:
     out = []
-    kinds = sorted(set(a.alerts["kind"].to_list()) | set(b.alerts["kind"].to_list()))
+    kinds = sorted(set(alerts_a["kind"].to_list()) | set(alerts_b["kind"].to_list()))
     for kind in kinds:
-        ra, rb = a.alerts.filter(pl.col("kind") == kind), b.alerts.filter(pl.col("kind") == kind)
+        ra, rb = alerts_a.filter(pl.col("kind") == kind), alerts_b.filter(pl.col("kind") == kind)
         if ra.height and rb.height:
             continue
         raised, other, who, whom = (ra, b, "A", "B") if ra.height else (rb, a, "B", "A")
         metric = raised["metric"][0]
         col = _health_key(metric)
-        if col is not None and other.series.filter(pl.col("quantity") == col).height == 0 and metric not in (
+        if col is not None and other.values(col).height == 0 and metric not in (
                 "throughput_tokens_per_s", "step_time_s"):
             not_compared.append({"quantity": f"alert.{kind}", "reason": f"{whom} has no {metric} to raise it on"})
             continue
@@ -380,7 +378,7 @@ def _config(a: RunData, b: RunData, notes: list[str], not_compared: list[dict[st
 # ----------------------------------------------------------------------------- text and ranking
 
 
-def _describe(d: Difference, alignment: Alignment) -> None:
+def _describe(d: Difference, same_run: bool) -> None:
     if d.kind in ("alert", "run_fact", "config"):
         return
     if d.kind == "distribution":
@@ -395,7 +393,7 @@ def _describe(d: Difference, alignment: Alignment) -> None:
     if d.verdict.startswith("not judged"):
         d.text = f"{head}; {d.verdict}"
         return
-    spread = "both runs'" if alignment.paired or d.n_a is None else "both sides'"
+    spread = "both ranges'" if same_run else "both runs'"
     if d.credible:
         d.verdict = "credible"
         d.text = f"{head}, beyond {spread} step-to-step spread ({T.p_text(d.p_adjusted)})"
@@ -416,26 +414,46 @@ def rank(diffs: list[Difference]) -> list[Difference]:
 # ----------------------------------------------------------------------------- the comparison
 
 
-def compare_data(a: Side, b: Side, ra: RunData, rb: RunData, n_boot: int = S.N_BOOT, seed: int = S.SEED) -> Comparison:
-    """Compare two loaded runs (:func:`analyses.compare.collect.load_run`) on ``a``'s and ``b``'s steps."""
-    gen = S.rng(seed)
-    alignment = align(a, b, ra.steps, rb.steps)
-    da, db = restrict(ra, alignment.steps_a), restrict(rb, alignment.steps_b)
-    not_compared: list[dict[str, str]] = []
-    notes = [f"compared on {alignment.note}"]
-    measured: list[Difference] = []
+def _pair(va: pl.DataFrame, vb: pl.DataFrame, same_run: bool) -> tuple[pl.DataFrame, pl.DataFrame, bool]:
+    """One quantity's values on the steps both runs have it (paired), else on every step of each
+    (two step ranges of one run, or two runs that share no step for it)."""
+    if same_run:
+        return va, vb, False
+    common = pl.Series(sorted(set(va["step"].to_list()) & set(vb["step"].to_list())), dtype=pl.Int64)
+    if common.len() == 0:
+        return va, vb, False
+    keep = pl.col("step").is_in(common.implode())
+    return va.filter(keep), vb.filter(keep), True
 
-    both_samples = {v.key for v in VARIABLES if v.key in da.samples and v.key in db.samples}
-    if "turns" in both_samples and max(da.samples["turns"]["value"].max(), db.samples["turns"]["value"].max()) <= 1:
+
+def compare_data(a: Side, b: Side, ra: RunData, rb: RunData, n_boot: int = S.N_BOOT, seed: int = S.SEED) -> Comparison:
+    """Compare two loaded runs (:func:`analyses.compare.collect.load_run`): each quantity on the
+    steps both sides have it (two runs), or on each side's own steps (two step ranges of one run)."""
+    gen = S.rng(seed)
+    same_run = a.run_id == b.run_id
+    alignment = align(a, b, ra.steps, rb.steps)
+    # each side's steps (its range): quantities pair their own steps from these
+    sa = restrict(ra, tuple(s for s in ra.steps if a.holds(s)))
+    sb = restrict(rb, tuple(s for s in rb.steps if b.holds(s)))
+    # the steps of the alignment: alerts and telemetry over time
+    (ga, alerts_a), (gb, alerts_b) = over_steps(ra, alignment.steps_a), over_steps(rb, alignment.steps_b)
+    not_compared: list[dict[str, str]] = []
+    notes = [f"compared on {alignment.note}; each quantity on the steps both sides have it"
+             if alignment.paired else f"compared on {alignment.note}"]
+    measured: list[Difference] = []
+    unpaired: list[str] = []
+
+    both_samples = {v.key for v in VARIABLES if v.key in sa.samples and v.key in sb.samples}
+    if "turns" in both_samples and max(sa.samples["turns"]["value"].max(), sb.samples["turns"]["value"].max()) <= 1:
         both_samples.discard("turns")  # single-turn on both sides: nothing to compare
     keys = {q.key: q for q in SERIES}
-    for k in sorted(set(da.series["quantity"].unique()) | set(db.series["quantity"].unique())):
+    for k in sorted(set(sa.series["quantity"].unique()) | set(sb.series["quantity"].unique())):
         if k not in keys and k.startswith("imbalance."):
             _, phase, qty = k.split(".", 2)
             keys[k] = imbalance_quantity(phase, qty)
     absent = []
     for key, q in keys.items():
-        va, vb = _values(da, key), _values(db, key)
+        va, vb = sa.values(key), sb.values(key)
         if va.height == 0 and vb.height == 0:
             absent.append(q.label)
             continue
@@ -444,9 +462,11 @@ def compare_data(a: Side, b: Side, ra: RunData, rb: RunData, n_boot: int = S.N_B
             continue
         if q.sample_variable in both_samples:
             continue  # the per-sample distribution says it better
-        measured.append(_series_difference(q, va, vb, gen, n_boot, alignment.paired))
+        va, vb, paired = _pair(va, vb, same_run)
+        if not paired and not same_run:
+            unpaired.append(q.name)
+        measured.append(_series_difference(q, va, vb, gen, n_boot, paired))
     if "gpu.mean_util_pct" not in {d.quantity.rsplit(".", 1)[0] for d in measured}:
-        ga, gb = da.gpu_time, db.gpu_time
         if ga.height and gb.height:
             measured.append(_series_difference(GPU_TIME, ga, gb, gen, n_boot, False, units="time buckets"))
             notes.append("GPU utilization compared over time buckets (gpu_timeline): the telemetry is not aligned "
@@ -456,29 +476,37 @@ def compare_data(a: Side, b: Side, ra: RunData, rb: RunData, n_boot: int = S.N_B
                                                                           "GPU telemetry"})
     for v in VARIABLES:
         if v.key in both_samples:
-            measured.extend(_distribution(v, da.samples[v.key], db.samples[v.key], gen, n_boot))
-        elif v.key in da.samples or v.key in db.samples:
+            fa, fb, paired = _pair(sa.samples[v.key], sb.samples[v.key], same_run)
+            if not paired and not same_run:
+                unpaired.append(f"{v.key} distribution")
+            measured.extend(_distribution(v, fa, fb, gen, n_boot))
+        elif v.key in sa.samples or v.key in sb.samples:
             if v.key == "turns":
                 continue
-            who = "A" if v.key in da.samples else "B"
+            who = "A" if v.key in sa.samples else "B"
             not_compared.append({"quantity": f"{v.key} distribution",
                                  "reason": f"only {who} has per-sample {v.label} (the other logs per-step summaries "
                                            "at most)"})
+    if unpaired:
+        notes.append(f"no step in common, so every step of each run: {', '.join(unpaired)}")
     if absent:
         notes.append(f"neither side has: {', '.join(absent)}")
 
     judged = [d for d in measured if d.p is not None and not math.isnan(d.p)]
+    if judged and 2 / (n_boot + 1) > S.ALPHA / len(judged):
+        notes.append(f"{n_boot} bootstrap replicates cannot show a p-value below {2 / (n_boot + 1):.2g}, above Holm's "
+                     f"first threshold for {len(judged)} tests ({S.ALPHA / len(judged):.2g}): use more replicates")
     for d, adj in zip(judged, S.holm([d.p for d in judged]), strict=True):  # type: ignore[misc]
         d.p_adjusted = adj
         d.credible = adj < S.ALPHA
     for d in measured:
-        _describe(d, alignment)
+        _describe(d, same_run)
 
     facts: list[Difference] = []
-    facts.extend(_alerts(da, db, not_compared))
-    if a.run_id != b.run_id:
-        config = _config(da, db, notes, not_compared)
-        facts.extend(_run_facts(da, db, config, not_compared))
+    facts.extend(_alerts(alerts_a, alerts_b, sa, sb, not_compared))
+    if not same_run:
+        config = _config(sa, sb, notes, not_compared)
+        facts.extend(_run_facts(sa, sb, config, not_compared))
         facts.extend(config)
     test = TEST_STATEMENT.format(min_units=S.MIN_UNITS, n_boot=n_boot, alpha=S.ALPHA)
     return Comparison(a, b, alignment, rank(measured + facts), not_compared, notes, test)

@@ -317,6 +317,14 @@ class PolyTrace:
         finally:
             con.close()
 
+    def latest_pair(self) -> tuple[str, str] | None:
+        """(the run published before the latest, the latest): what ``run_comparison`` compares by
+        default; None with fewer than two runs."""
+        from analyses.warehouse import published_runs
+
+        pub = sorted(published_runs(self._sync()).values(), key=lambda p: (p.version, p.run_id))
+        return (pub[-2].run_id, pub[-1].run_id) if len(pub) >= 2 else None
+
     def compare_report(self, cmp: Any, out: Path | None = None, png: bool = True) -> ReportResult:
         """Write a comparison (:meth:`compare`) as one HTML page, its JSON beside it, and a PNG of its
         overlaid curves; default ``<warehouse>/reports/comparisons/<B>__vs__<A>.html``."""

@@ -32,7 +32,7 @@ import duckdb
 
 from analyses.duckdb_limits import ResourceLimits, apply_limits, new_scratch_path, resource_limits
 from analyses.sandbox import lock_down
-from analyses.schema import TABLES, duckdb_type
+from analyses.schema import TABLES, column_docs, duckdb_type, table_description
 from analyses.warehouse import ReaderLease, TableFile, published_runs, reader_lease
 
 CATALOG_NAME = "polytrace.duckdb"
@@ -42,6 +42,7 @@ STORAGE_VERSION = "v1.0.0"  # the catalog file opens in DuckDB 1.0 and later
 class DerivedView(Protocol):
     name: str
     sql: str
+    doc: str
 
 
 def _sql_str(s: str) -> str:
@@ -87,10 +88,28 @@ def view_files(parts: list[TableFile]) -> list[TableFile]:
     return [rows[i], *rows[:i], *rows[i + 1:]]
 
 
-def all_ddl(root: Path, views: Iterable[DerivedView] = (), relative: bool = False) -> tuple[list[str], list[str]]:
-    """DDL for the base tables, then ``views`` in the order given; and the data files they read."""
+def all_ddl(root: Path, views: Iterable[DerivedView] = (), relative: bool = False,
+            comments: bool = False) -> tuple[list[str], list[str]]:
+    """DDL for the base tables, then ``views`` in the order given; and the data files they read.
+    ``comments`` adds each table's, column's and view's description (:func:`comment_ddl`)."""
     ddl, files = base_table_ddl(root, relative)
-    return ddl + [f'CREATE OR REPLACE VIEW "{v.name}" AS {v.sql}' for v in views], files
+    views = list(views)
+    ddl += [f'CREATE OR REPLACE VIEW "{v.name}" AS {v.sql}' for v in views]
+    return (ddl + comment_ddl(views) if comments else ddl), files
+
+
+def comment_ddl(views: Iterable[DerivedView] = ()) -> list[str]:
+    """``COMMENT ON`` every base table (its view) and column, and every derived view, with the
+    descriptions Dagster shows (:mod:`analyses.schema`, each view's doc): ``duckdb_views()``,
+    ``duckdb_columns()`` and SQL tools such as DBeaver list them. A derived view's columns are
+    described in its view comment. ~0.5 ms a comment, so only the catalog file and the query
+    sandbox carry them, not every in-memory connection."""
+    out = []
+    for name in TABLES:
+        out.append(f'COMMENT ON VIEW "{name}" IS {_sql_str(table_description(name))}')
+        out.extend(f'COMMENT ON COLUMN "{name}"."{c}" IS {_sql_str(doc)}' for c, doc in column_docs(name).items() if doc)
+    out.extend(f'COMMENT ON VIEW "{v.name}" IS {_sql_str(v.doc)}' for v in views if v.doc)
+    return out
 
 
 @contextmanager
@@ -140,7 +159,7 @@ def refresh_catalog(
             try:
                 # relative paths resolve against the warehouse while the views are created
                 con.execute("SET file_search_path = $1", [str(root.resolve())])
-                for stmt in all_ddl(root, views, relative=True)[0]:
+                for stmt in all_ddl(root, views, relative=True, comments=True)[0]:
                     con.execute(stmt)
             finally:
                 con.close()
@@ -149,7 +168,8 @@ def refresh_catalog(
 
 
 def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False,
-            limits: ResourceLimits | None = None, spill: Path | None = None) -> duckdb.DuckDBPyConnection:
+            limits: ResourceLimits | None = None, spill: Path | None = None,
+            comments: bool | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with every base table and ``views`` by name.
 
     The connection holds a reader lease (:class:`analyses.warehouse.ReaderLease`) from before it
@@ -159,7 +179,9 @@ def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False
     or the defaults; it spills to ``spill``, by default a fresh directory in the warehouse's
     scratch area that DuckDB removes when the connection closes. With ``sandbox`` the connection
     can read the warehouse's data files and nothing else, for good
-    (:func:`analyses.sandbox.lock_down`, after the limits, so a query cannot raise them).
+    (:func:`analyses.sandbox.lock_down`, after the limits, so a query cannot raise them). ``comments``
+    (default: with ``sandbox``, where a person queries) describes every table, column and view
+    (:func:`comment_ddl`).
     """
     limits = limits or resource_limits()
     spill = spill or new_scratch_path(root)
@@ -174,7 +196,7 @@ def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False
             con.execute("SET enable_progress_bar = false")
         except duckdb.Error:  # in a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting at all
             pass
-        ddl, files = all_ddl(root, views)
+        ddl, files = all_ddl(root, views, comments=sandbox if comments is None else comments)
         for stmt in ddl:
             con.execute(stmt)
         if sandbox:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.schema import TABLES, Table
+from analyses.schema import TABLES, Table, column_docs
 from analyses.warehouse import published_runs, read_published
 
 
@@ -26,15 +26,8 @@ def dtype_name(dtype: pl.DataType) -> str:
 def column_schema(table: Table | str) -> list[tuple[str, str, str | None]]:
     """(name, type, description) per contract column, in contract order."""
     t = TABLES[table] if isinstance(table, str) else table
-    out = []
-    for name, dtype in t.columns.items():
-        doc = t.docs.get(name)
-        if name == "run_id":
-            doc = "run id; the hive partition key (parquet/<table>/run_id=<id>/)"
-        elif name in t.key:
-            doc = f"key column{'; ' + doc if doc else ''}"
-        out.append((name, dtype_name(dtype), doc))
-    return out
+    docs = column_docs(t)
+    return [(name, dtype_name(dtype), docs[name]) for name, dtype in t.columns.items()]
 
 
 def frame_schema(schema: Mapping[str, pl.DataType]) -> list[tuple[str, str]]:

@@ -138,7 +138,7 @@ def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: Vi
     quantiles, step-time variation and imbalance side by side."""
     from analyses.compare import Side, compare
     from analyses.compare.curves import AXES, PANELS, run_curves
-    from analyses.compare.render import differences_frame
+    from analyses.compare.render import differences_frame, not_compared_lines
 
     read = read or view_reader(con, runs)
     curves, alerts = run_curves(con, runs)
@@ -164,7 +164,7 @@ def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: Vi
             caption = (f"{other} against {base}: {len(cmp.credible)} credible difference(s) "
                        f"(top {top}{', credible only' if len(runs) > 2 else ''}), on {cmp.alignment.note}")
             tables.append((caption, differences_frame(cmp, top=top, credible_only=len(runs) > 2).drop("verdict")))
-            notes += [f"{other} against {base}, not compared: {n['quantity']}: {n['reason']}" for n in cmp.not_compared]
+            notes += [f"{other} against {base}, not compared: {n}" for n in not_compared_lines(cmp)]
         notes.append("credible: beyond the step-to-step spread of both runs (a moving-block bootstrap over steps, "
                      "Holm-adjusted); `polytrace compare A B` gives every difference and the test")
     else:
@@ -177,14 +177,14 @@ def pair_section(con: duckdb.DuckDBPyConnection, cmp: Any) -> Section:
     """The section of one :class:`~analyses.compare.Comparison` (``polytrace compare --format html``):
     every ranked difference, the two sides' per-step curves overlaid, what was not compared."""
     from analyses.compare.curves import AXES, PANELS, side_curves
-    from analyses.compare.render import differences_frame
+    from analyses.compare.render import differences_frame, not_compared_lines
 
     a, b = f"A: {cmp.a.label}", f"B: {cmp.b.label}"
     curves, alerts = side_curves(con, [(a, cmp.a, cmp.alignment.steps_a), (b, cmp.b, cmp.alignment.steps_b)])
     axes = AXES if cmp.alignment.paired else (AXES[1], AXES[0], *AXES[2:])  # step ranges: aligned at their start
     fig = F.compare_curves_figure(curves, alerts, PANELS, axes, f"{cmp.b.label} against {cmp.a.label}, per step")
     notes = [f"compared on {cmp.alignment.note}", *cmp.notes[1:]]
-    notes += [f"not compared: {n['quantity']}: {n['reason']}" for n in cmp.not_compared]
+    notes += [f"not compared: {n}" for n in not_compared_lines(cmp)]
     notes.append("test: " + cmp.test)
     return Section("compare", f"{cmp.b.label} against {cmp.a.label}",
                    f"What changed from A to B, and by how much? {len(cmp.credible)} credible difference(s).",

@@ -489,6 +489,41 @@ TABLES: dict[str, Table] = {
 
 RAW_MAX_CHARS = 500
 
+RUN_ID_DOC = "run id; the hive partition key (parquet/<table>/run_id=<id>/)"
+
+
+def table_description(table: Table | str) -> str:
+    """What a table is, in the words Dagster, the DuckDB catalog and the Parquet files all show."""
+    t = TABLES[table] if isinstance(table, str) else table
+    return (f"PolyTrace warehouse table {t.name}: one row per {t.row}"
+            + (f"; key ({', '.join(t.key)})" if t.key else "") + ". Columns and meanings: analyses/schema.py.")
+
+
+def column_docs(table: Table | str) -> dict[str, str | None]:
+    """Each column's description as every tool shows it (key columns say so; run_id is the partition)."""
+    t = TABLES[table] if isinstance(table, str) else table
+    out: dict[str, str | None] = {}
+    for name in t.columns:
+        doc = t.docs.get(name)
+        if name == "run_id":
+            doc = RUN_ID_DOC
+        elif name in t.key:
+            doc = f"key column{'; ' + doc if doc else ''}"
+        out[name] = doc
+    return out
+
+
+def parquet_metadata(table: Table | str) -> dict[str, str]:
+    """The key-value metadata every published Parquet file of ``table`` carries: ``polytrace.table``,
+    ``polytrace.description`` and ``polytrace.columns`` (JSON: column -> description), so pyarrow,
+    DuckDB's ``parquet_kv_metadata`` and Spark readers find the meaning beside the data."""
+    import json
+
+    t = TABLES[table] if isinstance(table, str) else table
+    docs = {k: v for k, v in column_docs(t).items() if k in t.stored_columns and v}
+    return {"polytrace.table": t.name, "polytrace.description": table_description(t),
+            "polytrace.columns": json.dumps(docs, ensure_ascii=False)}
+
 
 def conform(df: pl.DataFrame | pl.LazyFrame, table: Table | str) -> pl.DataFrame:
     """Cast ``df`` to ``table``'s columns in contract order; missing columns become nulls.

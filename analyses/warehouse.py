@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analyses.atomic_output import WriteFailed, try_lock, writing
-from analyses.schema import TABLES, Table, conform
+from analyses.schema import TABLES, Table, conform, parquet_metadata
 
 ENV_WAREHOUSE = "POLYTRACE_WAREHOUSE"
 ENV_KILL_AT = "POLYTRACE_TEST_KILL_AT"  # test hook: SIGKILL this process at the named commit step
@@ -281,8 +281,13 @@ def write_part(df: pl.DataFrame, table: Table, path: Path) -> int:
     """Write ``df`` (already conformed) as one Parquet file of ``table``'s stored columns."""
     path.parent.mkdir(parents=True, exist_ok=True)
     out = df.select([c for c in table.stored_columns if c in df.columns])
-    out.write_parquet(path, compression="zstd", statistics=True)
+    out.write_parquet(path, compression="zstd", statistics=True, metadata=parquet_metadata(table))
     return out.height
+
+
+def _described(path: Path) -> bool:
+    """The Parquet file carries the table's key-value metadata (:func:`analyses.schema.parquet_metadata`)."""
+    return b"polytrace.table" in (pq.read_metadata(path).metadata or {})
 
 
 Check = Callable[[dict[str, Path]], list[str]]  # table -> staged file; returns problems (empty = pass)
@@ -360,8 +365,8 @@ class RunStaging:
                 # row group is one reader chunk: it holds that chunk's whole mix of names and paths);
                 # numbers keep theirs
                 stats = [f.name for f in batch.schema if not pa.types.is_large_string(f.type)]
-                w = pq.ParquetWriter(d / f"{prefix}-a.parquet", batch.schema, compression="zstd",
-                                     write_statistics=stats)
+                w = pq.ParquetWriter(d / f"{prefix}-a.parquet", batch.schema.with_metadata(parquet_metadata(t)),
+                                     compression="zstd", write_statistics=stats)
                 self._writers[(table, prefix)] = w
             w.write_table(batch)
 
@@ -423,10 +428,10 @@ class RunStaging:
         parts = sorted(self.table_dir(name).glob("*.parquet"))
         if not parts:
             write_part(t.empty(), t, out)
-        elif len(parts) == 1:
+        elif len(parts) == 1 and _described(parts[0]):
             os.replace(parts[0], out)
-        else:
-            pl.scan_parquet(parts).sink_parquet(out, compression="zstd", statistics=True)
+        else:  # several parts, or one a query wrote without the table's metadata
+            pl.scan_parquet(parts).sink_parquet(out, compression="zstd", statistics=True, metadata=parquet_metadata(t))
         return out
 
     def commit(

@@ -30,7 +30,7 @@ from dagster import (
     load_assets_from_modules,
 )
 
-from pipelines import alerts, checks
+from pipelines import alerts, checks, report_server
 from pipelines.assets import stage_modules
 from pipelines.executors import executor_from_env
 from pipelines.partitions import RUNS_PARTITIONS_NAME
@@ -84,3 +84,5 @@ def build_defs(warehouse: WarehouseResource | None = None, executor: ExecutorDef
 
 
 defs = build_defs()
+# reports, PNGs and comparisons on http://127.0.0.1:3001 under `dagster dev` (pipelines.report_server)
+report_server.start(defs.resources["warehouse"].polytrace.layout.reports)

@@ -45,6 +45,7 @@ CHARACTERIZE_KEYS = [
     "lengths_view",
     "multiturn_view",
     "rank_imbalance_view",
+    "run_comparison",
     "stage_breakdown_view",
     "step_variance_view",
     "tool_latency_view",

@@ -1,7 +1,9 @@
 """The Dagster UI as a user sees it: a real ``dagster-webserver`` on the `polytrace` code location,
 opened in headless Chromium. The key figures of a view group show inline (data-URI PNGs in the
-markdown metadata: browsers block file:// links), and column descriptions keep their
-``<table>``-like text. Screenshots go to ``tmp/artifacts`` (or $POLYTRACE_ARTIFACTS)."""
+markdown metadata: browsers block file:// links), column descriptions keep their ``<table>``-like
+text, and the report and comparison links open in one click: the code location serves the reports
+directory over HTTP (pipelines.report_server). Screenshots go to ``tmp/artifacts`` (or
+$POLYTRACE_ARTIFACTS)."""
 
 from __future__ import annotations
 
@@ -30,8 +32,10 @@ _MATERIALIZE = textwrap.dedent("""
     from dagster import DagsterInstance, materialize
     from pipelines.assets import characterize as C
     from pipelines.resources import WarehouseResource
+    from pipelines.assets.compare import run_comparison
     with DagsterInstance.get() as instance:
-        res = materialize([a for a in C.GROUP_ASSETS if a.key.path[-1] == "lengths_view"], instance=instance,
+        res = materialize([a for a in C.GROUP_ASSETS if a.key.path[-1] == "lengths_view"]
+                          + [C.characterization_report, run_comparison], instance=instance,
                           resources={"warehouse": WarehouseResource.from_env()})
         assert res.success
 """)
@@ -44,15 +48,22 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def reports_port() -> int:
+    return _free_port()
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory: pytest.TempPathFactory, reports_port: int) -> Iterator[str]:
     require_chromium()
     tmp = tmp_path_factory.mktemp("ui")
     build_demo_warehouse(tmp / "wh")
     (tmp / "logs").mkdir()
     (tmp / "home").mkdir()
     (tmp / "home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    # a plain dagster-webserver (not `dagster dev`) serves the reports when told to
     env = dict(os.environ, DAGSTER_HOME=str(tmp / "home"), POLYTRACE_WAREHOUSE=str(tmp / "wh"),
-               POLYTRACE_LOGS_ROOT=str(tmp / "logs"), PYTHONPATH=str(REPO))
+               POLYTRACE_LOGS_ROOT=str(tmp / "logs"), PYTHONPATH=str(REPO), POLYTRACE_REPORTS_SERVE="1",
+               POLYTRACE_REPORTS_PORT=str(reports_port))
     subprocess.run([sys.executable, "-c", _MATERIALIZE], env=env, cwd=REPO, check=True, timeout=600)
     port = _free_port()
     proc = subprocess.Popen([str(WEBSERVER), "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
@@ -133,3 +144,69 @@ def test_column_descriptions_keep_angle_brackets(ui: str) -> None:
         text = _eval(cdp, "document.body.innerText")
         _shot(cdp, "ui_steps_columns.png")
     assert "parquet/<table>/run_id=<id>/" in str(text)
+
+
+# the link to the reports server on an asset page, made to open in this tab (the UI opens it in a new one)
+_FOLLOW = """
+(() => { const a = [...document.querySelectorAll('a')].find(a => a.href.startsWith(%r) && a.href.includes(%r));
+         if (!a) return null; a.target = '_self'; a.click(); return a.href })()"""
+
+
+def _follow(cdp: Cdp, prefix: str, part: str) -> str:
+    deadline = time.monotonic() + 60
+    href = None
+    while href is None:
+        href = _eval(cdp, _FOLLOW % (prefix, part))
+        if href is None:
+            assert time.monotonic() < deadline, f"no link to {prefix}...{part} on the page"
+            time.sleep(0.5)
+    return str(href)
+
+
+def _wait_drawn(cdp: Cdp, selector: str, what: str) -> None:
+    """Until the plot at ``selector`` has traces; evaluations fail while the tab navigates to the link."""
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if _eval(cdp, _DRAWN % selector):
+                return
+        except RuntimeError as exc:  # "Inspected target navigated or closed": the next page is loading
+            if "navigated" not in str(exc):
+                raise
+        assert time.monotonic() < deadline, f"{what} never drew"
+        time.sleep(0.5)
+
+
+_DRAWN = ("(() => { const gd = document.querySelector(%r); "
+          "return !!(gd && gd._fullData && gd._fullData.length && gd.querySelector('.scatterlayer .trace')) })()")
+
+
+def test_report_link_opens_from_the_asset_page_at_the_comparison_section(ui: str, reports_port: int) -> None:
+    served = f"http://127.0.0.1:{reports_port}/"
+    with browser_page() as cdp:
+        _open(cdp, f"{ui}/assets/characterization_report", f"!!document.querySelector('a[href^=\"{served}\"]')")
+        href = _follow(cdp, served, "#compare")
+        assert href == f"{served}polytrace_report.html#compare"
+        _wait_drawn(cdp, "section#compare [data-figure='compare__curves'] .js-plotly-plot",
+                    "the comparison section's curves")
+        got = _eval(cdp, """({url: location.href, captions: [...document.querySelectorAll('section#compare h3')]
+                              .map(h => h.textContent), rows: document.querySelectorAll('section#compare tbody tr').length,
+                              figs: [...document.querySelectorAll('section#compare .figure')].map(f => f.dataset.figure)})""")
+        _shot(cdp, "ui_report_comparison.png")
+    assert got["url"] == href
+    # 3 demo runs: each against the first, ranked, and the overlaid curves first among the figures
+    assert len(got["captions"]) == 2 and got["captions"][0].startswith("dapo-c against agent-b")
+    assert got["figs"][0] == "compare__curves" and got["rows"] > 3
+
+
+def test_comparison_link_opens_from_the_run_comparison_asset(ui: str, reports_port: int) -> None:
+    served = f"http://127.0.0.1:{reports_port}/comparisons/"
+    with browser_page() as cdp:
+        _open(cdp, f"{ui}/assets/run_comparison", f"!!document.querySelector('a[href^=\"{served}\"]')")
+        href = _follow(cdp, served, ".html")
+        _wait_drawn(cdp, "[data-figure='compare__curves'] .js-plotly-plot", "the comparison page's curves")
+        got = _eval(cdp, "({title: document.title, head: [...document.querySelectorAll('th')].map(t => t.textContent)})")
+        _shot(cdp, "ui_run_comparison.png")
+    assert href == f"{served}dapo-c__vs__agent-b.html"
+    assert got["title"] == "PolyTrace comparison: dapo-c against agent-b"
+    assert got["head"][:4] == ["rank", "quantity", "a", "b"]

@@ -22,6 +22,7 @@ from _warehouse_util import assert_same_tables, free_port, wait_for_port
 
 from analyses.api import PolyTrace
 from analyses.cli import main
+from analyses.schema import TABLES
 from analyses.warehouse import ENV_KILL_AT
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +109,7 @@ def test_reingest_on_s3_replaces_the_version_and_removes_the_old_files(s3_env: s
     files = [i for i in fs.get_file_info(pafs.FileSelector(f"{s3_env}/re/parquet", recursive=True))
              if i.type == pafs.FileType.File]
     versions = {Path(i.path).stem for i in files}
-    assert len(versions) == 1 and len(files) == 12  # one version of 12 tables, the first one's removed
+    assert len(versions) == 1 and len(files) == len(TABLES)  # one version of every table, the first one's removed
     assert not [i for i in fs.get_file_info(pafs.FileSelector(f"{s3_env}/re/.locks", allow_not_found=True))]
 
 
@@ -129,7 +130,7 @@ def test_publish_killed_after_the_upload_shows_nothing(s3_env: str, tmp_path: Pa
     assert PolyTrace(url).run_ids() == ["verl-gsm8k-ppo-v0.1"]
     left = [i for i in fs.get_file_info(pafs.FileSelector(f"{s3_env}/killed/parquet", recursive=True))
             if i.type == pafs.FileType.File]
-    assert len(left) == 12  # the killed upload's files are gone
+    assert len(left) == len(TABLES)  # the killed upload's files are gone
 
 
 @pytest.mark.parametrize("case, message", [

@@ -41,6 +41,20 @@ def differences_frame(cmp: Comparison, top: int | None = None, credible_only: bo
     )
 
 
+def not_compared_lines(cmp: Comparison) -> list[str]:
+    """What was not compared, for people: what only one side has in one line per side (its
+    quantities' names), every other reason on its own line."""
+    only: dict[str, list[str]] = {}
+    rest = []
+    for n in cmp.not_compared:
+        reason = n["reason"]
+        if reason.startswith(("only A has", "only B has")):
+            only.setdefault(reason[5], []).append(n["quantity"])
+        else:
+            rest.append(f"{n['quantity']}: {reason}")
+    return [f"only {who} has: {', '.join(qs)}" for who, qs in sorted(only.items())] + rest
+
+
 def header_lines(cmp: Comparison) -> list[str]:
     d = cmp.to_dict()
 
@@ -67,7 +81,7 @@ def text_table(cmp: Comparison, top: int | None = None, width: int = 110) -> str
     if top is not None and len(cmp.differences) > top:
         lines.append(f"     ... {len(cmp.differences) - top} more (--top 0 shows all)")
     if cmp.not_compared:
-        lines += ["", "not compared:"] + [f"  - {n['quantity']}: {n['reason']}" for n in cmp.not_compared]
+        lines += ["", "not compared:"] + [f"  - {n}" for n in not_compared_lines(cmp)]
     if cmp.notes[1:]:
         lines += ["", "notes:"] + [f"  - {n}" for n in cmp.notes[1:]]
     lines += ["", "test: " + cmp.test]
@@ -82,5 +96,5 @@ def markdown(cmp: Comparison, top: int = 15) -> str:
              markdown_table(differences_frame(cmp).select("rank", "quantity", "a", "b", "credible", "text"), n=top,
                             max_chars=200)]
     if cmp.not_compared:
-        parts += ["", "**Not compared:** " + "; ".join(f"`{n['quantity']}`: {n['reason']}" for n in cmp.not_compared)]
+        parts += ["", "**Not compared:** " + "; ".join(not_compared_lines(cmp))]
     return "\n".join(parts)

@@ -28,6 +28,7 @@ from analyses.api import REPORT_NAME
 from analyses.markdown import markdown_table
 from analyses.report import png_specs, write_pngs
 from analyses.views import ViewGroup, view_groups
+from pipelines.report_server import url_for
 from pipelines.resources import WarehouseResource
 
 CHARACTERIZE_GROUP = "characterize"
@@ -70,7 +71,7 @@ def _group_asset(group: ViewGroup) -> AssetsDefinition:
                 if not section.empty else f"_No data in any run: needs {group.needs}._"
             ),
             "views": MetadataValue.md(_views_md(group)),
-            "report_section": MetadataValue.url(f"{(pt.layout.reports / REPORT_NAME).resolve().as_uri()}#{group.name}"),
+            "report_section": MetadataValue.url(url_for(pt.layout.reports / REPORT_NAME, pt.layout.reports, group.name)),
         }
         key_figs, _per_run_left_out = png_specs(section.figures, runs)
         if os.environ.get(ENV_PNG, "1").strip().lower() in ("0", "false", "no"):
@@ -113,7 +114,8 @@ def characterization_report(context: AssetExecutionContext, warehouse: Warehouse
             "health_alerts": MetadataValue.md(markdown_table(alerts, n=HEADLINE_ROWS, max_chars=160)
                                               if alerts.height else "_No health alert in any run._"),
             "path": MetadataValue.path(str(res.path)),
-            "url": MetadataValue.url(res.path.resolve().as_uri()),
+            "url": MetadataValue.url(url_for(res.path, warehouse.polytrace.layout.reports)),
+            "comparison_section": MetadataValue.url(url_for(res.path, warehouse.polytrace.layout.reports, "compare")),
             "sections": MetadataValue.int(len(res.sections)),
             "figures": MetadataValue.int(res.n_figures),
             "bytes": MetadataValue.int(res.path.stat().st_size),

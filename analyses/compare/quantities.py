@@ -56,7 +56,7 @@ SERIES: tuple[Quantity, ...] = (
              "response_length_mean", "response_length"),
     Quantity("response_length_max", "longest response per step", "tokens", "ratio", "median", "training_health",
              "response_length_max", "response_length"),
-    Quantity("truncation_share", "truncation share (responses at the cap)", "", "share", "mean", "training_health",
+    Quantity("truncation_share", "truncation share", "", "share", "mean", "training_health",
              "clip_ratio"),
     Quantity("aborted_share", "aborted responses", "", "share", "mean", "training_health", "aborted_ratio"),
     Quantity("turns_mean", "mean turns per trajectory", "turns", "ratio", "median", "training_health", "turns_mean",

@@ -127,8 +127,9 @@ def group_section(con: duckdb.DuckDBPyConnection, group: ViewGroup, runs: list[s
 
 
 # the comparison section ranks each run's differences from the first chosen run up to this many runs
-# (a comparison is a second or two: over more runs the overlaid curves and tables still show them all)
+# (a comparison is a second or two), and overlays the curves of at most this many runs (readable lines)
 PAIRWISE_MAX_RUNS = 8
+CURVES_MAX_RUNS = 12
 PAIR_TOP = 12  # ranked differences shown per pair
 
 
@@ -136,12 +137,13 @@ def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: Vi
     """Cross-run comparison: per-step curves overlaid on an aligned axis with the alerts marked, the
     ranked credible differences of each run from the first (:mod:`analyses.compare`), then length
     quantiles, step-time variation and imbalance side by side."""
-    from analyses.compare import Side, compare
+    from analyses.compare import Side, compare_data
+    from analyses.compare.collect import load_run
     from analyses.compare.curves import AXES, PANELS, run_curves
     from analyses.compare.render import differences_frame, not_compared_lines
 
     read = read or view_reader(con, runs)
-    curves, alerts = run_curves(con, runs)
+    curves, alerts = run_curves(con, runs[:CURVES_MAX_RUNS])
     q = read("length_quantiles")
     head = q.filter(pl.col("kind") == "response").select(
         "run_id", "task", "n", pl.col("mean").round(1), "p50", "p90", "p99", "p999", "max",
@@ -156,10 +158,13 @@ def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: Vi
         FigureSpec("compare__imbalance", F.compare_imbalance_figure(read("rank_imbalance"))),
     ]
     tables, notes = [], []
+    if len(runs) > CURVES_MAX_RUNS:
+        notes.append(f"the per-step curves are those of the first {CURVES_MAX_RUNS} runs chosen (--runs picks them)")
     if len(runs) <= PAIRWISE_MAX_RUNS:
         base = runs[0]
+        base_data = load_run(con, base)
         for other in runs[1:]:
-            cmp = compare(con, Side(base), Side(other))
+            cmp = compare_data(Side(base), Side(other), base_data, load_run(con, other))
             top = PAIR_TOP if len(runs) == 2 else max(3, PAIR_TOP // (len(runs) - 1))
             caption = (f"{other} against {base}: {len(cmp.credible)} credible difference(s) "
                        f"(top {top}{', credible only' if len(runs) > 2 else ''}), on {cmp.alignment.note}")

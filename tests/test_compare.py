@@ -285,3 +285,32 @@ def test_observed_quantiles_match_length_quantiles(pairs: Path) -> None:
     for stat in ("p50", "p90", "p99", "mean"):
         want = dict(view.select("run_id", stat).iter_rows())
         assert got[f"response_length.{stat}"] == pytest.approx((want["base"], want["again"]))
+
+
+def test_overlaid_curves_switch_axes_and_mark_alerts() -> None:
+    from analyses import figures as F
+    from analyses.compare.curves import AXES, PANELS, thin, with_axes
+
+    curves = with_axes(pl.DataFrame({
+        "series": ["a"] * 6 + ["b"] * 6, "step": [1, 2, 3, 4, 5, 6] * 2,
+        "gen_time_s": [10.0] * 6 + [20.0] * 6, "step_time_s": [30.0] * 12, "total_tokens": [1000.0] * 12,
+        "clip_ratio": [0.0] * 6 + [0.0, 0.0, 0.3, 0.3, 0.3, 0.3],
+    }))
+    assert curves.filter(pl.col("series") == "b")["elapsed_s"].to_list() == [30, 60, 90, 120, 150, 180]
+    alerts = pl.DataFrame({"series": ["b"], "kind": ["clip_ratio_high"], "metric": ["clip_ratio"], "first_step": [3],
+                           "last_step": [6], "detail": ["clip_ratio >= 0.1"]})
+    fig = F.compare_curves_figure(curves, alerts, PANELS, AXES, "t")
+    names = [t.name for t in fig.data]
+    # per panel drawn (gen time, step time, truncation): a line per series, b's alert dashed on each
+    assert names.count("a") == 3 and names.count("b") == 3 and names.count("b alerts") == 3
+    alert = next(t for t in fig.data if t.name == "b alerts")
+    assert list(alert.x) == [3, 3, None] and alert.line.dash == "dash"
+    (menu,) = fig.layout.updatemenus
+    assert [b.label for b in menu.buttons] == [f"x: {t}" for _c, t in AXES]
+    wall = next(b for b in menu.buttons if b.label == "x: wall time since the first step (s)")
+    assert list(wall.args[0]["x"][0]) == [30, 60, 90, 120, 150, 180]  # a's first panel, cumulative step time
+    assert list(wall.args[0]["x"][names.index("b alerts")]) == [90, 90, None]
+    # a long series is thinned for drawing, its last step kept
+    long = pl.DataFrame({"series": ["x"] * 1000, "step": range(1000)})
+    t = thin(long, 400)
+    assert t.height <= 400 and t["step"][-1] == 999

@@ -178,7 +178,7 @@ def _fill_boot(d: Difference, bt: S.Boot, ra: np.ndarray, rb: np.ndarray) -> Non
         d.ratio = bt.b / bt.a
         with np.errstate(divide="ignore", invalid="ignore"):
             r = rb / ra
-        lo, hi = S._interval(r[np.isfinite(r)]) if np.isfinite(r).any() else (float("nan"), float("nan"))
+        lo, hi = S.interval(r[np.isfinite(r)]) if np.isfinite(r).any() else (float("nan"), float("nan"))
         d.extra["ratio_interval"] = [lo, hi]
 
 

@@ -23,6 +23,9 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("entropy", "entropy"),
     ("mean_util_pct", "GPU utilization (%)"),
 )
+# a figure draws at most this many points per series: every k-th step of a longer one (and its last),
+# so 76 runs of thousands of steps stay a readable figure and a report of a few MB
+MAX_POINTS = 400
 AXES: tuple[tuple[str, str], ...] = (
     ("step", "step"),
     ("from_start", "steps from the first step drawn"),
@@ -40,28 +43,45 @@ WHERE h.run_id IN (SELECT unnest($1)) AND NOT h.partial
 """
 
 
-def run_curves(con: duckdb.DuckDBPyConnection, runs: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(curves, alerts) of ``runs``, each series named by its run id (see :func:`with_axes`)."""
+def _read(con: duckdb.DuckDBPyConnection, runs: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per-step rows with the x axes, alerts) of ``runs``, each series named by its run id."""
     raw = con.sql(_SQL, params=[runs]).pl().rename({"run_id": "series"})
     alerts = con.sql("SELECT run_id AS series, kind, metric, first_step, last_step, detail FROM health_alerts "
                      "WHERE run_id IN (SELECT unnest($1))", params=[runs]).pl()
     return with_axes(raw), alerts
 
 
+def run_curves(con: duckdb.DuckDBPyConnection, runs: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(curves, alerts) of ``runs``, each series named by its run id, thinned for drawing (:func:`thin`)."""
+    curves, alerts = _read(con, runs)
+    return thin(curves), alerts
+
+
 def side_curves(con: duckdb.DuckDBPyConnection, sides: list[tuple[str, Side, tuple[int, ...]]]
                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(curves, alerts) of comparison sides: (series label, side, steps compared)."""
-    curves, alerts = run_curves(con, sorted({s.run_id for _l, s, _st in sides}))
+    curves, alerts = _read(con, sorted({s.run_id for _l, s, _st in sides}))
     out_c, out_a = [], []
     for label, side, steps in sides:
         keep = pl.Series(list(steps), dtype=pl.Int64).implode()
         c = curves.filter((pl.col("series") == side.run_id) & pl.col("step").is_in(keep))
-        out_c.append(with_axes(c.drop("from_start", "elapsed_s", "tokens_seen").with_columns(series=pl.lit(label))))
+        out_c.append(thin(with_axes(c.drop("from_start", "elapsed_s", "tokens_seen").with_columns(series=pl.lit(label)))))
         if steps:
             a = alerts.filter((pl.col("series") == side.run_id) & (pl.col("first_step") <= max(steps))
                               & (pl.col("last_step") >= min(steps)))
             out_a.append(a.with_columns(series=pl.lit(label)))
     return pl.concat(out_c, how="diagonal_relaxed"), (pl.concat(out_a) if out_a else alerts.clear())
+
+
+def thin(curves: pl.DataFrame, max_points: int = MAX_POINTS) -> pl.DataFrame:
+    """At most ``max_points`` rows per series (every k-th step, the last kept), for drawing only:
+    the axes are computed before, so wall time and tokens seen still add up every step."""
+    if curves.height == 0:
+        return curves
+    n = pl.len().over("series")
+    k = ((n + max_points - 1) // max_points).clip(lower_bound=1)
+    i = pl.int_range(pl.len()).over("series")
+    return curves.filter((i % k == 0) | (i == n - 1))
 
 
 def with_axes(curves: pl.DataFrame) -> pl.DataFrame:

@@ -87,7 +87,7 @@ class Boot:
     p: float
 
 
-def _interval(x: np.ndarray) -> tuple[float, float]:
+def interval(x: np.ndarray) -> tuple[float, float]:
     q = (1 - INTERVAL) / 2
     x = x[np.isfinite(x)]
     if x.size == 0:
@@ -110,9 +110,9 @@ def two_sided_p(d: np.ndarray) -> float:
 def boot_test(a: float, b: float, ra: np.ndarray, rb: np.ndarray) -> Boot:
     """:class:`Boot` from the observed values and each side's replicates (same length)."""
     d = rb - ra
-    a_lo, a_hi = _interval(ra)
-    b_lo, b_hi = _interval(rb)
-    d_lo, d_hi = _interval(d)
+    a_lo, a_hi = interval(ra)
+    b_lo, b_hi = interval(rb)
+    d_lo, d_hi = interval(d)
     return Boot(a, b, a_lo, a_hi, b_lo, b_hi, d_lo, d_hi, two_sided_p(d))
 
 

@@ -109,19 +109,19 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
         assert "train.log" in _mat(tiny, "source_files").metadata["files"].value
         assert _mat(tiny, "runs").metadata["source_fingerprint"].value
 
-        # checks: 24 per run (19 on the tables, 5 health alerts); only bad-run's reject share fails, as a warning
+        # checks: 25 per run (20 on the tables, 5 health alerts); only bad-run's reject share fails, as a warning
         evals = {
             (e.asset_check_key.asset_key.to_user_string(), e.asset_check_key.name): e
             for e in result.per_run["bad-run"].get_asset_check_evaluations()
         }
-        assert len(evals) == _per_run_checks(defs) == 24 and len(tiny.get_asset_check_evaluations()) == 24
+        assert len(evals) == _per_run_checks(defs) == 25 and len(tiny.get_asset_check_evaluations()) == 25
         failed = {k: e for k, e in evals.items() if not e.passed}
         assert list(failed) == [("rejects", "reject_share")]
         assert failed["rejects", "reject_share"].severity == AssetCheckSeverity.WARN
         assert failed["rejects", "reject_share"].metadata["reject_share"].value == pytest.approx(
             1 / 3, abs=1e-6
         )
-        assert result.checks.passed == 47 and result.checks.failed == ["bad-run rejects:reject_share (WARN)"]
+        assert result.checks.passed == 49 and result.checks.failed == ["bad-run rejects:reject_share (WARN)"]
         assert all(e.passed for e in tiny.get_asset_check_evaluations())
 
         # the cross-run job refreshed the catalog; SQL sees both runs
@@ -192,7 +192,7 @@ def test_demo_main_prints_headlines(
     assert rc == 0, out
     assert "ingested 2 run(s)" in out
     assert "tiny-run: ok  files=1 steps=3 samples=0" in out
-    assert "asset checks: 47/48 passed" in out and "failed: bad-run rejects:reject_share (WARN)" in out
+    assert "asset checks: 49/50 passed" in out and "failed: bad-run rejects:reject_share (WARN)" in out
     assert "runs=2  source files=2  steps=5" in out
     assert f"warehouse: {tmp_path / 'wh'}" in out and "took " in out
     # the persistent instance under DAGSTER_HOME keeps the runs for the UI

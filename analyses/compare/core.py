@@ -214,20 +214,18 @@ def _distribution(v: Variable, fa: pl.DataFrame, fb: pl.DataFrame, gen: np.rando
     xa, xb = fa["value"].to_numpy().astype(float), fb["value"].to_numpy().astype(float)
     ha, hb = S.unit_histograms(ua, xa, ub, xb)
     judged = min(ha.n_units, hb.n_units) >= S.MIN_UNITS
-    pa, pb = ha.pooled(), hb.pooled()
-    wa = S.index_weights(S.block_indices(ha.n_units, n_boot, gen), ha.n_units) if judged else None
-    wb = S.index_weights(S.block_indices(hb.n_units, n_boot, gen), hb.n_units) if judged else None
+    obs_a, obs_b = S.hist_stats(ha.values, ha.pooled(), DIST_STATS), S.hist_stats(hb.values, hb.pooled(), DIST_STATS)
+    if judged:
+        wa = S.index_weights(S.block_indices(ha.n_units, n_boot, gen), ha.n_units)
+        wb = S.index_weights(S.block_indices(hb.n_units, n_boot, gen), hb.n_units)
+        rep_a, rep_b = _pooled_stats(ha, wa), _pooled_stats(hb, wb)
     out = []
-    for name, q in DIST_STATS:
-        def stat(counts: np.ndarray, q: float | None = q) -> np.ndarray:
-            return S.hist_mean(ha.values, counts) if q is None else S.hist_quantile(ha.values, counts, q)
-        a, b = float(stat(pa)[0]), float(stat(pb)[0])
+    for name, _q in DIST_STATS:
+        a, b = float(obs_a[name][0]), float(obs_b[name][0])
         d = Difference(f"{v.key}.{name}", a, b, False, kind="measured", label=f"{v.label} {name}", unit=v.unit,
                        n_a=ha.n_units, n_b=hb.n_units, units=units, extra={"samples_a": xa.size, "samples_b": xb.size})
         if judged:
-            ra = _pooled_stat(ha, wa, stat)
-            rb = _pooled_stat(hb, wb, stat)
-            _fill_boot(d, S.boot_test(a, b, ra, rb), ra, rb)
+            _fill_boot(d, S.boot_test(a, b, rep_a[name], rep_b[name]), rep_a[name], rep_b[name])
         else:
             d.verdict = f"not judged: {_few(ha.n_units, hb.n_units, units)}"
         out.append(d)
@@ -250,9 +248,11 @@ def _distribution(v: Variable, fa: pl.DataFrame, fb: pl.DataFrame, gen: np.rando
     return out
 
 
-def _pooled_stat(h: S.UnitHistogram, w: np.ndarray, stat: Any) -> np.ndarray:
+def _pooled_stats(h: S.UnitHistogram, w: np.ndarray) -> dict[str, np.ndarray]:
+    """:data:`DIST_STATS` of every resample (``w``: unit weights), pooled a chunk of rows at a time."""
     step = S.chunk_rows(h.values.size)
-    return np.concatenate([stat(h.pooled(w[i:i + step])) for i in range(0, w.shape[0], step)])
+    parts = [S.hist_stats(h.values, h.pooled(w[i:i + step]), DIST_STATS) for i in range(0, w.shape[0], step)]
+    return {name: np.concatenate([p[name] for p in parts]) for name, _q in DIST_STATS}
 
 
 # ----------------------------------------------------------------------------- facts

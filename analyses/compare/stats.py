@@ -186,16 +186,31 @@ def unit_histograms(units_a: np.ndarray, values_a: np.ndarray, units_b: np.ndarr
     return one(units_a, values_a), one(units_b, values_b)
 
 
-def hist_quantile(values: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
+def hist_quantile(values: np.ndarray, counts: np.ndarray, q: float, cum: np.ndarray | None = None) -> np.ndarray:
     """``quantile_disc`` of each row of ``counts`` ``[reps, V]``: the ``ceil(n q)``-th smallest value
-    (the views' definition, :data:`analyses.views.sql.QUANTILE_DEFINITION`); NaN for an empty row."""
-    cum = np.cumsum(counts, axis=1)
+    (the views' definition, :data:`analyses.views.sql.QUANTILE_DEFINITION`); NaN for an empty row.
+    ``cum``: the rows' cumulative sums, when the caller has them already."""
+    cum = np.cumsum(counts, axis=1) if cum is None else cum
     total = cum[:, -1]
     target = np.maximum(np.ceil(total * q - 1e-9), 1)
-    pos = np.minimum((cum < target[:, None]).sum(axis=1), values.size - 1)
+    # every row's first position with cum >= target, by one binary search over the rows laid end to
+    # end (each row shifted above the one before it: the rows stay sorted as one array)
+    shift = (np.arange(cum.shape[0]) * (float(total.max(initial=0)) + 1.0))[:, None]
+    flat = (cum + shift).ravel()
+    pos = np.searchsorted(flat, target + shift[:, 0], side="left") - np.arange(cum.shape[0]) * cum.shape[1]
+    pos = np.minimum(pos, values.size - 1)
     out = values[pos].astype(float)
     out[total <= 0] = np.nan
     return out
+
+
+def hist_stats(values: np.ndarray, counts: np.ndarray, stats: tuple[tuple[str, float | None], ...]
+               ) -> dict[str, np.ndarray]:
+    """Each (name, q) of ``stats`` over the rows of ``counts``: the mean for ``q`` None, else
+    :func:`hist_quantile` (one cumulative sum for all of them)."""
+    cum = np.cumsum(counts, axis=1)
+    return {name: hist_mean(values, counts) if q is None else hist_quantile(values, counts, q, cum)
+            for name, q in stats}
 
 
 def hist_mean(values: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -457,9 +457,16 @@ def compare_curves_figure(curves: pl.DataFrame, alerts: pl.DataFrame, panels: tu
                     xs[c].append([x for v in at[c] for x in (v, v, None)])
     n = len(rows)
     bottom = f"xaxis{n if n > 1 else ''}"
+    # integer ticks on a step axis of a short run (plotly would label 0.5 between two steps), none forced
+    # on wall time or tokens
+    few = curves["step"].n_unique() <= 15
+    dtick = {c: 1 if few and c in ("step", "from_start") else None for c, _t in have_axes}
     fig.update_xaxes(title_text=have_axes[0][1], row=n, col=1)
+    fig.update_xaxes(dtick=dtick[have_axes[0][0]])
     if len(have_axes) > 1:
-        buttons = [{"label": f"x: {t}", "method": "update", "args": [{"x": xs[c]}, {f"{bottom}.title.text": t}]}
+        axes_ = [f"xaxis{i if i > 1 else ''}" for i in range(1, n + 1)]
+        buttons = [{"label": f"x: {t}", "method": "update",
+                    "args": [{"x": xs[c]}, {f"{bottom}.title.text": t, **{f"{a}.dtick": dtick[c] for a in axes_}}]}
                    for c, t in have_axes]
         # a dropdown at the right of the first row's (centred) title: it covers no curve and no title
         fig.update_layout(updatemenus=[{"type": "dropdown", "direction": "down", "buttons": buttons, "x": 1.0,

@@ -336,7 +336,7 @@ class PolyTrace:
             res = build_comparison_report(con, cmp, out, png=png, source=self.location)
         finally:
             con.close()
-        out.with_suffix(".json").write_text(json.dumps(cmp.to_dict(), indent=1) + "\n")
+        write_text(out.with_suffix(".json"), json.dumps(cmp.to_dict(), indent=1) + "\n")
         return res
 
     # ------------------------------------------------------------------ fit

@@ -454,13 +454,12 @@ def build_comparison_report(con: duckdb.DuckDBPyConnection, cmp: Any, out: Path,
     """One self-contained HTML page for a :class:`~analyses.compare.Comparison` (its
     :func:`pair_section`), with a PNG of its overlaid curves beside it when a browser is available."""
     section = pair_section(con, cmp)
-    out.parent.mkdir(parents=True, exist_ok=True)
     pngs: dict[str, Path] = {}
     note: str | None = "PNG export not requested"
     if png:
-        pngs, note = write_pngs(section.figures, png_dir if png_dir is not None else out.with_name(out.stem + "_png"))
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(render_html([section], [cmp.a.label, cmp.b.label], source, note,
-                               title=f"PolyTrace comparison: {cmp.b.label} against {cmp.a.label}"), encoding="utf-8")
-    tmp.replace(out)
+        pngs, note = _write_png_dir(section.figures, png_dir if png_dir is not None else out.with_name(out.stem + "_png"),
+                                    default_dir=png_dir is None)
+    # the page last, whole or not at all (analyses.atomic_output), as the report's
+    write_text(out, render_html([section], [cmp.a.label, cmp.b.label], source, note,
+                                title=f"PolyTrace comparison: {cmp.b.label} against {cmp.a.label}"))
     return ReportResult(out, [section], pngs, note)

@@ -38,8 +38,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.format == "json":
         doc = json.dumps(cmp.to_dict(), indent=1) + "\n"
         if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(doc)
+            from analyses.atomic_output import write_text
+
+            write_text(args.out, doc)  # whole or not at all
             print(f"comparison: {args.out.resolve()}")
         else:
             sys.stdout.write(doc)

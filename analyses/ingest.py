@@ -54,7 +54,8 @@ class FileReport:
     rows_rejected: int = 0
     rows_skipped: int = 0
     rows_out: int = 0
-    rows_superseded: int = 0  # step metrics another file of the run also carries (kept once, from the better source)
+    rows_superseded: int = 0  # step metrics also carried by a later line or a better file of the run (kept once)
+    rows_repeated: int = 0  # of those, the ones a later line of this same file logged again
     status: str = "ok"
     error: str | None = None
     sha256: str = ""
@@ -65,7 +66,8 @@ class FileReport:
         err = f"  [{self.status}: {self.error}]" if self.error else (f"  [{self.status}]" if self.status != "ok" else "")
         return (f"{self.path}: {self.format}  lines={self.lines} parsed={self.rows_ok} rejected={self.rows_rejected} "
                 f"skipped={self.rows_skipped} rows={self.rows_out}"
-                + (f" superseded={self.rows_superseded}" if self.rows_superseded else "") + err)
+                + (f" superseded={self.rows_superseded}" if self.rows_superseded else "")
+                + (f" (repeated in this file: {self.rows_repeated})" if self.rows_repeated else "") + err)
 
 
 @dataclass
@@ -365,38 +367,53 @@ def _done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:
 DEDUPE_MEMORY_LIMIT = "256MB"
 
 
-def _dedupe_step_metrics(staging: RunStaging, paths: list[str], report: RunReport) -> None:
-    """Keep one row per step-metric key across the run's files (``paths``: those that gave step
-    metrics; one file never loses rows and is not re-read), from the most exact source
-    (:data:`analyses.readers.base.METRIC_SOURCE_BINARY` first; then the later file and line);
-    count the rest per file. In DuckDB over the staged parts, in bounded memory: a fuzzed gzip of
-    2.5 M repeated metric rows took 0.9 GB sorted in Polars."""
+def _dedupe_step_metrics(staging: RunStaging, paths: list[str], repeated: list[str], report: RunReport) -> None:
+    """Keep one row per step-metric key (step, metric, is_validation) of the run (the rule is in
+    docs/integrity.md, "Repeated steps"): within a file, the later line wins (then the later row of
+    that line): a step logged again (a resumed run re-logging its steps into the same log, a log
+    concatenated to itself) keeps its last values, as ``steps`` does; across files, the more exact
+    source (:data:`analyses.readers.base.METRIC_SOURCE_BINARY` first), then the later file by path.
+    Each file's lost rows count as its ``rows_superseded``; those lost to a later copy in the same
+    file also as its ``rows_repeated``.
+
+    ``paths``: the files that gave step metrics; ``repeated``: those in which a key may occur more
+    than once (:attr:`analyses.steps.StepsAccumulator.repeated_paths`, found while reading). One file
+    without repeats is left alone (and not re-read). In DuckDB over the staged parts, in bounded
+    memory (a fuzzed gzip of 2.5 M repeated metric rows took 0.9 GB sorted in Polars), as two hash
+    aggregates and no sort of the rows: per file and key, then per key."""
     parts = [str(p) for p in sorted(staging.table_dir("step_metrics").glob("*.parquet"))]
-    if len(paths) < 2 or not parts:
+    if not parts or (len(paths) < 2 and not repeated):
         return
     spill = staging.dir / "_spill"
     spill.mkdir(exist_ok=True)
     con = duckdb.connect(config={"memory_limit": DEDUPE_MEMORY_LIMIT, "temp_directory": str(spill), "threads": 2})
     out = staging.dir / "_dedupe.parquet"
+    key = ", ".join(STEP_METRICS.key[1:])  # within one run
+    cols = ", ".join(f'"{c}"' for c in STEP_METRICS.stored_columns)
     try:
-        src = con.read_parquet(parts)
-        before = dict(src.aggregate("path, count(*)", "path").fetchall())
-        if len(before) < 2:
-            return
+        con.execute("SET enable_progress_bar = false")
+        con.register("_staged", con.read_parquet(parts, filename=True, file_row_number=True))
         fmt = {f.path: f.format for f in report.files}
-        ranks = pl.DataFrame({"path": list(before), "_rank": [reader_by_name(fmt[p]).metric_source for p in before]},
+        ranks = pl.DataFrame({"path": paths, "_rank": [reader_by_name(fmt[p]).metric_source for p in paths]},
                              schema={"path": pl.String, "_rank": pl.Int64})
         con.register("_ranks", ranks.to_arrow())
-        con.register("_staged", src)
-        key = ", ".join(STEP_METRICS.key[1:])  # within one run
-        cols = ", ".join(f'"{c}"' for c in STEP_METRICS.stored_columns)
+        # per file and key: how many copies, and the last (line, then row as staged)
+        con.execute(f"""
+            CREATE TEMP TABLE _per_file AS
+            SELECT {key}, path, count(*) AS n,
+                   max_by(struct_pack({cols}, filename, file_row_number),
+                          (coalesce(line_no, -1), filename, file_row_number)) AS w
+            FROM _staged GROUP BY {key}, path""")
+        counts = con.sql("SELECT path, sum(n), count(*) FROM _per_file GROUP BY path").fetchall()
+        before = {p: int(n) for p, n, _k in counts}
+        repeats = {p: int(n) - int(k) for p, n, k in counts if int(n) > int(k)}
+        # per key, the best file's row, written in the order the rows were staged (file, then row)
         con.execute(f"""
             COPY (
-                SELECT {cols} FROM (
-                    SELECT s.*, row_number() OVER (
-                        PARTITION BY {key} ORDER BY r._rank, s.path DESC, s.line_no DESC NULLS LAST) AS _rn
-                    FROM _staged s JOIN _ranks r USING (path)
-                ) WHERE _rn = 1 ORDER BY path, line_no, metric
+                SELECT {", ".join(f'w."{c}" AS "{c}"' for c in STEP_METRICS.stored_columns)} FROM (
+                    SELECT max_by(w, (-r._rank, p.path)) AS w FROM _per_file p JOIN _ranks r USING (path)
+                    GROUP BY {key}
+                ) ORDER BY w.filename, w.file_row_number
             ) TO '{out}' (FORMAT parquet)""")
         after = dict(con.read_parquet(str(out)).aggregate("path, count(*)", "path").fetchall())
     finally:
@@ -410,6 +427,7 @@ def _dedupe_step_metrics(staging: RunStaging, paths: list[str], report: RunRepor
         dropped = before.get(f.path, 0) - after.get(f.path, 0)
         if dropped:
             f.rows_superseded = dropped
+            f.rows_repeated = repeats.get(f.path, 0)
             f.rows_out -= dropped
 
 
@@ -439,7 +457,7 @@ def _dedupe_gpu_samples(staging: RunStaging, report: RunReport) -> None:
 def _finish_run(
     staging: RunStaging, steps_acc: StepsAccumulator, report: RunReport, manifest: RunManifest, run_path: Path
 ) -> None:
-    _dedupe_step_metrics(staging, steps_acc.metric_paths, report)
+    _dedupe_step_metrics(staging, steps_acc.metric_paths, steps_acc.repeated_paths, report)
     _dedupe_gpu_samples(staging, report)
     config, facts = _infer_facts(staging, report, manifest, run_path)
     staging.replace("run_config", _config_rows(report, run_path))
@@ -460,7 +478,8 @@ def _finish_run(
             {
                 "path": f.path, "sha256": f.sha256, "bytes": f.bytes, "format": f.format, "lines": f.lines,
                 "rows_ok": f.rows_ok, "rows_rejected": f.rows_rejected, "rows_skipped": f.rows_skipped,
-                "rows_out": f.rows_out, "rows_superseded": f.rows_superseded, "status": f.status, "error": f.error,
+                "rows_out": f.rows_out, "rows_superseded": f.rows_superseded, "rows_repeated": f.rows_repeated,
+                "status": f.status, "error": f.error,
             }
             for f in report.files
         ],

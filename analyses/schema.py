@@ -111,7 +111,8 @@ SOURCE_FILES = Table(
         "rows_rejected": I64,  # lines/records rejected (see `rejects`)
         "rows_skipped": I64,  # lines skipped by a documented rule (blank, banner, config dump, ...)
         "rows_out": I64,  # rows emitted into warehouse tables
-        "rows_superseded": I64,  # step metrics / telemetry samples also carried by another file of the run, stored once
+        "rows_superseded": I64,  # step metrics / telemetry samples also carried by a later line or another file, stored once
+        "rows_repeated": I64,  # of rows_superseded: step metrics this same file logged again later (a step re-logged)
         "status": S,  # ok | partial | error | unsupported | empty | skipped
         "error": S,
     },
@@ -132,11 +133,14 @@ SOURCE_FILES = Table(
         "status": "ok, partial (some lines rejected), error (the file could not be read; `error` says why), "
         "unsupported (no reader recognizes it), empty, or skipped (not read: a symlink out of the run "
         "directory, a directory symlink, a dangling link; `error` says which)",
-        "rows_superseded": "a wandb run directory holds the binary history and the console's output.log; a "
-        "step_metrics key (step, metric, is_validation) found in both is kept from the wandb file (then JSONL, "
-        "then console text; between files of one kind the last in (path, line) order, as in steps), "
-        "and the other file's rows_out no longer counts it; likewise a telemetry sample (host, gpu, ts, metric, value) "
-        "that two files hold (one DCGM scrape saved twice) is kept from the first file in path order",
+        "rows_superseded": "step_metrics rows of this file not stored because the run has a better copy of the same "
+        "key (step, metric, is_validation): a later line of the same file (a step logged again: the later occurrence "
+        "wins, docs/integrity.md), or another file: a wandb run directory holds the binary history and the console's "
+        "output.log, and the wandb file's copy is kept (then JSONL, then console text; between files of one kind the "
+        "later in path order, as in steps); rows_out no longer counts them. Likewise a telemetry sample (host, gpu, ts, "
+        "metric, value) that two files hold (one DCGM scrape saved twice) is kept from the first file in path order",
+        "rows_repeated": "of rows_superseded, the rows a later line of this same file logged again (a log concatenated "
+        "to itself, a run restarted into the same log); more than a small share raises the superseded_share check",
         "rows_rejected": "whole lines/records rejected; `rejects` may hold more rows than this, because a parsed "
         "line can also lose a part (a non-numeric pair, the tail of a line cut at 4096 characters) "
         "that is recorded there",

@@ -333,7 +333,16 @@ def _pivot(last: pl.DataFrame) -> pl.DataFrame:
     return last.pivot(on="metric", index="step", values="value")
 
 
+
+
 _CODE = {m: i for i, m in enumerate(STEP_INPUT_METRICS)}
+
+
+def _np_unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` for integers, by a sort: numpy 2.4's hash-based ``np.unique`` took 300 ms
+    for 290,000 int64 (a chunk of a verl log's steps), a sort and a compare 15 ms."""
+    s = np.sort(a)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
 class StepsAccumulator:
@@ -356,29 +365,36 @@ class StepsAccumulator:
         self._attrs: dict[str, list[pl.DataFrame]] = {}
         self._max_line: dict[str, int] = {}
         self._in_order = True
+        self._step_keys: dict[str, list[np.ndarray]] = {}  # per file and chunk: its distinct (step, is_validation)
+        self._repeats: set[str] = set()  # files in which some step-metric key may occur twice
 
     def add(self, step_metrics: pl.DataFrame, path: str) -> None:
         """One chunk of ``step_metrics`` rows (any subset of the table's columns) of file ``path``."""
         if step_metrics.height == 0:
             return
         self._training.setdefault(path, [])
-        if not self._in_order:
-            return  # the staged rows will be read anyway
         need = ("step", "metric", "value", "is_validation", "line_no")
         if any(c not in step_metrics.columns for c in need):
             self._in_order = False
+            self._repeats.add(path)
             return
         sm = step_metrics.select(
             pl.col("step").cast(pl.Int64, strict=False),
             pl.col("is_validation").cast(pl.Boolean, strict=False),
             pl.col("line_no").cast(pl.Int64, strict=False),
             pl.col("value").cast(pl.Float64, strict=False),
+            pl.col("metric").cast(pl.String),
             code=pl.col("metric").cast(pl.String).replace_strict(_CODE, default=None, return_dtype=pl.Int64),
         )
         # nulls make "last in (path, line) order" a question numpy cannot answer: staged path
         if sum(sm.get_column(c).null_count() for c in ("step", "is_validation", "line_no")):
             self._in_order = False
+            self._repeats.add(path)  # and whether a key repeats: the dedupe finds out
             return
+        self._repeat_check(path, sm.get_column("step").to_numpy(), sm.get_column("is_validation").to_numpy(),
+                           sm.get_column("line_no").to_numpy(), sm.get_column("metric"))
+        if not self._in_order:
+            return  # the staged rows will be read anyway
         line = sm.get_column("line_no").to_numpy()
         prev = self._max_line.get(path)
         if prev is not None and int(line.min()) <= prev:
@@ -403,10 +419,10 @@ class StepsAccumulator:
         l_step = last.get_column("step").to_numpy()
         l_code = last.get_column("code").to_numpy()
         l_val = last.get_column("value").to_numpy()
-        steps = np.unique(l_step)
+        steps = _np_unique(l_step)
         row = np.searchsorted(steps, l_step)
         cols: dict[str, pa.Array] = {"step": pa.array(steps)}
-        for code in np.unique(l_code):
+        for code in _np_unique(l_code):
             sel = l_code == code
             vals = np.zeros(len(steps))
             mask = np.ones(len(steps), dtype=bool)
@@ -415,6 +431,31 @@ class StepsAccumulator:
             cols[STEP_INPUT_METRICS[int(code)]] = pa.array(vals, mask=mask)
         self._wide.setdefault(path, []).append(pl.from_arrow(pa.table(cols)))  # type: ignore[arg-type]
 
+    def _repeat_check(self, path: str, step: np.ndarray, is_val: np.ndarray, line: np.ndarray,
+                      mcode: np.ndarray) -> None:
+        """Note whether file ``path`` may log one (step, metric, is_validation) twice: on one line,
+        or on two lines (a step logged again); see :func:`step_keys_once`."""
+        if path in self._repeats:
+            return
+        keys = step_keys_once(step, is_val, line, mcode)
+        if keys is None:
+            self._repeats.add(path)
+        else:
+            self._step_keys.setdefault(path, []).append(keys)
+
+    @property
+    def repeated_paths(self) -> list[str]:
+        """Files in which some (step, metric, is_validation) may occur more than once (a step
+        logged again, a name twice on one line): their staged rows need the dedupe. Exact for a
+        file read in line order; a file whose rows come otherwise is listed to be safe."""
+        out = set(self._repeats)
+        for path, parts in self._step_keys.items():
+            if len(parts) > 1:
+                keys = np.concatenate(parts)
+                if len(_np_unique(keys)) < len(keys):
+                    out.add(path)
+        return sorted(out)
+
     def add_attrs(self, step_attrs: pl.DataFrame, path: str) -> None:
         """A chunk's ``step_attrs`` (``step``, ``ts``, ``truncated_line``; any subset)."""
         if step_attrs.height:
@@ -422,8 +463,9 @@ class StepsAccumulator:
 
     def discard(self, path: str) -> None:
         """Forget what file ``path`` gave (its rows were not staged)."""
-        for d in (self._wide, self._training, self._val, self._attrs, self._max_line):
+        for d in (self._wide, self._training, self._val, self._attrs, self._max_line, self._step_keys):
             d.pop(path, None)
+        self._repeats.discard(path)
 
     @property
     def metric_paths(self) -> list[str]:
@@ -464,9 +506,51 @@ class StepsAccumulator:
         return steps_from_wide(wide, flags, self.step_attrs(), n_gpus)
 
 
+def step_keys_once(step: np.ndarray, is_val: np.ndarray, line: np.ndarray, metric: pl.Series) -> np.ndarray | None:
+    """The distinct ``step * 2 + is_validation`` keys of one chunk of a file's step metrics (rows in
+    file order, ``line`` their line numbers), or None when a (step, metric, is_validation) may occur
+    twice in it: a line naming one metric twice, a key on two lines, or rows not in line order (then
+    it cannot be told cheaply).
+
+    Without hashing every row: each line's names are compared, position by position, with those of
+    the last line before it that has as many rows (a gather of the string views); a log repeats a
+    few key sequences, so only the first line of each (a handful per chunk) is checked for a name
+    given twice.
+    """
+    n = len(line)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    d = np.diff(line)
+    if (d < 0).any():
+        return None
+    start = np.flatnonzero(np.concatenate(([True], d != 0)))
+    cnt = np.diff(np.append(start, n))
+    order = np.argsort(cnt, kind="stable")
+    has = np.zeros(len(start), dtype=bool)
+    has[order[1:]] = cnt[order[1:]] == cnt[order[:-1]]
+    back = np.zeros(len(start), dtype=np.int64)  # rows back to the same position of that earlier line
+    back[order[1:]] = start[order[1:]] - start[order[:-1]]
+    earlier = np.arange(n) - np.repeat(np.where(has, back, 0), cnt)
+    same = (metric.gather(earlier) == metric).fill_null(False).to_numpy()
+    first = ~(np.logical_and.reduceat(same, start) & has)  # lines whose name sequence was not seen before
+    if first.any():
+        sel = np.repeat(first, cnt)
+        names = pl.DataFrame({"line": line[sel], "metric": metric.filter(pl.Series(sel))})
+        if names.select(pl.struct("line", "metric").is_duplicated().any()).item():
+            return None
+    if (step[1:] != step[:-1])[d == 0].any():  # a line of two steps: not a shape readers give
+        return None
+    # a line may hold training and validation metrics: a key for each kind it holds
+    line_step = step[start] * 2
+    keys = np.concatenate([line_step[~np.logical_and.reduceat(is_val, start)],
+                           line_step[np.logical_or.reduceat(is_val, start)] + 1])
+    uniq = _np_unique(keys)
+    return uniq if len(uniq) == len(keys) else None
+
+
 def _unique_steps(parts: dict[str, list[np.ndarray]]) -> np.ndarray:
     arrays = [a for p in parts.values() for a in p]
-    return np.unique(np.concatenate(arrays)) if arrays else np.array([], dtype=np.int64)
+    return _np_unique(np.concatenate(arrays)) if arrays else np.array([], dtype=np.int64)
 
 
 def steps_from_wide(

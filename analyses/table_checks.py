@@ -22,6 +22,9 @@ CheckOutcome = tuple[bool, dict[str, Any]]
 
 # a reject share above this (rejected / candidate lines) is worth a look; see check_reject_share
 MAX_REJECT_SHARE = 0.05
+# step metrics logged again later in the same file, as a share of the file's step metrics; a resumed
+# run re-logs a few steps, a log concatenated to itself half of them (see check_repeated_share)
+MAX_REPEATED_SHARE = 0.02
 EXAMPLES = 10  # offending values listed in metadata
 
 
@@ -266,5 +269,39 @@ def check_rejects_partition(root: Path, run_id: str, max_share: float = MAX_REJE
 
 def check_lines_accounted_partition(root: Path, run_id: str) -> CheckOutcome:
     passed, meta = check_lines_accounted(scan_table(root, "source_files", [run_id]).collect())
+    meta["run_id"] = run_id
+    return passed, meta
+
+
+# --- repeated steps ----------------------------------------------------------------------------
+
+
+def check_repeated_share(source_files: pl.DataFrame, step_metric_rows: int,
+                         max_share: float = MAX_REPEATED_SHARE) -> CheckOutcome:
+    """Step metrics a file logged again later (``rows_repeated``: stored once, the later occurrence
+    kept, docs/integrity.md) are at most ``max_share`` of the run's step metrics as read
+    (``step_metric_rows`` stored + the repeated ones). A resumed run that re-logs a few steps into
+    its log passes; a log concatenated to itself, or a run restarted from step 1 into the same file,
+    does not: every count over its raw lines would be wrong, and the files say where."""
+    repeated = int(source_files["rows_repeated"].sum())
+    share = repeated / (step_metric_rows + repeated) if step_metric_rows + repeated else 0.0
+    worst = source_files.filter(pl.col("rows_repeated") > 0).sort("rows_repeated", descending=True).head(EXAMPLES)
+    meta: dict[str, Any] = {
+        "step_metric_rows": step_metric_rows,
+        "rows_repeated": repeated,
+        "repeated_share": round(share, 6),
+        "max_share": max_share,
+        "rows_superseded": int(source_files["rows_superseded"].sum()),
+    }
+    if worst.height:
+        meta["files_repeating_steps"] = [f"{r['path']}: {r['rows_repeated']:,} row(s) logged again later in the file"
+                                         for r in worst.iter_rows(named=True)]
+    return share <= max_share, meta
+
+
+def check_repeated_partition(root: Path, run_id: str, max_share: float = MAX_REPEATED_SHARE) -> CheckOutcome:
+    sf = scan_table(root, "source_files", [run_id]).collect()
+    n = scan_table(root, "step_metrics", [run_id]).select(pl.len()).collect().item()
+    passed, meta = check_repeated_share(sf, n, max_share)
     meta["run_id"] = run_id
     return passed, meta

@@ -115,3 +115,18 @@ def reject_share(context: AssetCheckExecutionContext, warehouse: WarehouseResour
 def lines_accounted(context: AssetCheckExecutionContext, warehouse: WarehouseResource) -> AssetCheckResult:
     """Every input line of every readable file is parsed, rejected or skipped: ok + rejected + skipped == lines."""
     return _result(tc.check_lines_accounted_partition(warehouse.root_path, context.partition_key))
+
+
+@asset_check(
+    asset="step_metrics",
+    additional_deps=["source_files"],
+    partitions_def=runs_partitions,
+    description=f"Step metrics logged again later in the same file (a log concatenated to itself, a run restarted "
+    f"into its log; stored once, the later occurrence kept) are at most {tc.MAX_REPEATED_SHARE:.0%} of the run's "
+    "step metrics. Warns; lists the files.",
+)
+def repeated_steps(context: AssetCheckExecutionContext, warehouse: WarehouseResource) -> AssetCheckResult:
+    return _result(
+        tc.check_repeated_partition(warehouse.root_path, context.partition_key),
+        severity=AssetCheckSeverity.WARN,
+    )

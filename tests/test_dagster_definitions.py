@@ -88,6 +88,7 @@ EXPECTED_CHECK_KEYS = [
     "samples:schema_matches_contract",
     "source_files:lines_accounted",
     "source_files:schema_matches_contract",
+    "step_metrics:repeated_steps",
     "step_metrics:schema_matches_contract",
     "step_windows:schema_matches_contract",
     "steps:alert_clip_ratio_high",

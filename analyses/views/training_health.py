@@ -229,7 +229,8 @@ WITH f AS (
     SELECT run_id, string_agg(DISTINCT format, ', ' ORDER BY format)
                FILTER (WHERE status IN ('ok', 'partial') AND format <> 'unknown') AS formats,
            count(*) AS files, count(*) FILTER (WHERE status NOT IN ('ok', 'partial')) AS files_not_read,
-           CAST(sum(rows_rejected) AS BIGINT) AS rejected_lines
+           CAST(sum(rows_rejected) AS BIGINT) AS rejected_lines, CAST(sum(rows_superseded) AS BIGINT) AS superseded_rows,
+           CAST(sum(rows_repeated) AS BIGINT) AS repeated_rows
     FROM source_files GROUP BY run_id
 ), h AS (
     SELECT run_id, count(*) AS steps, count(*) FILTER (WHERE partial) AS partial_steps, min(step) AS first_step,
@@ -266,7 +267,7 @@ SELECT r.run_id, r.model, r.framework, r.task,
        CASE WHEN win.s IS NOT NULL THEN 'step_windows' WHEN st.s IS NOT NULL THEN 'sum_of_step_times'
             WHEN tel.s IS NOT NULL THEN 'telemetry_span' END AS duration_source,
        r.max_response_length, r.max_response_length_source,
-       f.formats, f.files, f.files_not_read, f.rejected_lines,
+       f.formats, f.files, f.files_not_read, f.rejected_lines, f.superseded_rows, f.repeated_rows,
        coalesce(a.n_alerts, 0) AS n_alerts, coalesce(a.alerts, 'none') AS alerts
 FROM runs r LEFT JOIN f USING (run_id) LEFT JOIN h USING (run_id) LEFT JOIN rt USING (run_id)
 LEFT JOIN win USING (run_id) LEFT JOIN st USING (run_id) LEFT JOIN tel USING (run_id) LEFT JOIN gpu USING (run_id)
@@ -277,7 +278,9 @@ LEFT JOIN a USING (run_id)
     "gpus_idle_whole_run; steps (training steps, else the steps of per-rank times), first_step, last_step, "
     "partial_steps, ranks (with per-rank times); duration_s (span of the step windows, else the sum of step times, "
     "else the telemetry span; duration_source says which); the response cap and its source; formats ingested, files, "
-    "files_not_read (status other than ok/partial), rejected_lines (source_files.rows_rejected); n_alerts and alerts "
+    "files_not_read (status other than ok/partial), rejected_lines (source_files.rows_rejected), superseded_rows "
+    "(rows_superseded: step metrics stored once because a later line or a better file has them too) and of them "
+    "repeated_rows (rows_repeated: logged again later in the same file, docs/integrity.md); n_alerts and alerts "
     "(health_alerts: kind (steps first-last)).",
 )
 

@@ -83,6 +83,18 @@ class RunReport:
     def rows_rejected(self) -> int:
         return sum(f.rows_rejected for f in self.files)
 
+    @property
+    def has_data(self) -> bool:
+        """Whether any file of the run gave a parsed line. A run of nothing (junk, binary files,
+        logs of no known format) still lands, so that its files say why, but is no success."""
+        return any(f.rows_ok for f in self.files)
+
+    def no_data_line(self) -> str:
+        """One line saying that the run has no data, and each file's reason."""
+        why = "; ".join(f"{f.path}: {f.status}" + (f" ({f.error})" if f.error else "") for f in self.files)
+        return (f"run {self.run_id}: no data: none of its {len(self.files)} file(s) gave a parsed line"
+                + (f" [{why}]" if why else ""))
+
     def summary_lines(self) -> list[str]:
         """What ``polytrace ingest`` prints and the Dagster run log shows: the run, then a line per file."""
         tables = ", ".join(f"{k}={v}" for k, v in self.table_rows.items() if v)
@@ -101,10 +113,18 @@ class RunFiles:
     skipped: list[tuple[str, str]]  # (path relative to the run, reason)
 
 
+SKIP_HIDDEN_FILE = "hidden file (its name starts with '.'): not read"
+SKIP_HIDDEN_DIR = "hidden directory (its name starts with '.'): not read, nor anything below it ({n} file(s))"
+SKIP_MANIFEST = "the run's run.toml: read for the run's facts, not as a log"
+SKIP_TOKENIZER = "the run's tokenizer (run.toml tokenizer): read for token counts, not as a log"
+
+
 def discover_files(run_path: Path, manifest: RunManifest) -> RunFiles:
-    """Input files of a run: every regular file below it but the manifest, its tokenizer, and
-    hidden files/directories (editor swap files, ``.git``). Symlinks are followed only when
-    they stay inside the run directory; the others are listed as skipped with the reason."""
+    """Input files of a run: every regular file below it, and every other entry below it with the
+    reason it is not read, so that each file under a run directory is accounted for in
+    ``source_files``: the run's ``run.toml`` and tokenizer (read, but not as logs), hidden files and
+    directories (editor swap files, ``.git``: one entry per hidden directory), symlinks leaving the
+    run directory, dangling links and directory symlinks (not followed)."""
     if run_path.is_file():
         return RunFiles([run_path], [])
     base = run_path.resolve()
@@ -114,15 +134,21 @@ def discover_files(run_path: Path, manifest: RunManifest) -> RunFiles:
     skipped: list[tuple[str, str]] = []
     for dirpath, dirnames, filenames in os.walk(run_path, followlinks=False):
         here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for d in list(dirnames):
+        for d in sorted(dirnames):
+            rel = (here / d).relative_to(run_path).as_posix()
             if (here / d).is_symlink():  # os.walk lists it but never descends: say so
-                dirnames.remove(d)
-                skipped.append(((here / d).relative_to(run_path).as_posix(), "directory symlink, not followed"))
+                skipped.append((rel, "directory symlink, not followed"))
+            elif d.startswith("."):
+                skipped.append((rel, SKIP_HIDDEN_DIR.format(n=_count_files(here / d))))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink())
         for name in sorted(filenames):
             p = here / name
             rel = p.relative_to(run_path).as_posix()
-            if name.startswith(".") or rel == MANIFEST_NAME:
+            if rel == MANIFEST_NAME:
+                skipped.append((rel, SKIP_MANIFEST))
+                continue
+            if name.startswith("."):
+                skipped.append((rel, SKIP_HIDDEN_FILE))
                 continue
             try:
                 real = p.resolve(strict=True)
@@ -136,9 +162,17 @@ def discover_files(run_path: Path, manifest: RunManifest) -> RunFiles:
                 skipped.append((rel, "not a regular file"))
                 continue
             if tok is not None and real == tok:
+                skipped.append((rel, SKIP_TOKENIZER))
                 continue
             files.append(p)
     return RunFiles(sorted(files), sorted(skipped))
+
+
+def _count_files(d: Path) -> int:
+    n = 0
+    for _dirpath, _dirnames, filenames in os.walk(d, followlinks=False):
+        n += len(filenames)
+    return n
 
 
 HASH_IN_BACKGROUND_BYTES = 64 << 20
@@ -321,10 +355,26 @@ def _ingest_file(
             except OSError:
                 pass
         return _done(fr, t0, emit)
-    fr.status = "partial" if fr.rows_rejected else "ok"
-    if fr.rows_rejected:  # a partial file says why in source_files too, not only in rejects
-        fr.error = f"{fr.rows_rejected:,} line(s) rejected; first: {first_reason} (see rejects)"[:_ERROR_MAX_CHARS]
+    if not fr.rows_ok:  # read to the end, but nothing in it was data: not a success
+        fr.status = "no_data"
+        fr.error = _no_data_reason(fr, first_reason)
+    else:
+        fr.status = "partial" if fr.rows_rejected else "ok"
+        if fr.rows_rejected:  # a partial file says why in source_files too, not only in rejects
+            fr.error = f"{fr.rows_rejected:,} line(s) rejected; first: {first_reason} (see rejects)"[:_ERROR_MAX_CHARS]
     return _done(fr, t0, emit)
+
+
+def _no_data_reason(fr: FileReport, first_reason: str | None) -> str:
+    """Why a file read to its end gave no parsed line, for ``source_files.error``."""
+    if not fr.lines:
+        return f"read as {fr.format}, but it holds no line or record"
+    parts = []
+    if fr.rows_skipped:
+        parts.append(f"{fr.rows_skipped:,} skipped by the {fr.format} rules (not data lines)")
+    if fr.rows_rejected:
+        parts.append(f"{fr.rows_rejected:,} rejected (first: {first_reason}; see rejects)")
+    return f"read as {fr.format}: none of its {fr.lines:,} line(s) parsed: {', '.join(parts)}"[:_ERROR_MAX_CHARS]
 
 
 _ERROR_MAX_CHARS = 500

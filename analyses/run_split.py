@@ -49,6 +49,7 @@ class PlannedRun:
     report_skipped: bool = True  # whether files discovery skipped (symlinks out, ...) are this run's to report
     skip_under: tuple[Path, ...] = ()  # skipped entries below these belong to other runs
     reason: str = ""
+    leftover: bool = False  # the files of a split directory that belong to no single log
 
 
 def plan_runs(path: Path, run_id: str | None = None) -> list[PlannedRun]:
@@ -78,7 +79,7 @@ def plan_runs(path: Path, run_id: str | None = None) -> list[PlannedRun]:
                                   report_skipped=not rest and i == 0, skip_under=tuple(dirs), reason=why))
     if rest:
         planned.append(PlannedRun(_unique(resolve_run_id(path, manifest, None), taken), path, rest, skip_under=tuple(dirs),
-                                  reason=f"{len(rest)} file(s) of no single log"))
+                                  reason=f"{len(rest)} file(s) of no single log", leftover=True))
     return planned
 
 

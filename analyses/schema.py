@@ -113,7 +113,7 @@ SOURCE_FILES = Table(
         "rows_out": I64,  # rows emitted into warehouse tables
         "rows_superseded": I64,  # step metrics / telemetry samples also carried by a later line or another file, stored once
         "rows_repeated": I64,  # of rows_superseded: step metrics this same file logged again later (a step re-logged)
-        "status": S,  # ok | partial | error | unsupported | empty | skipped
+        "status": S,  # ok | partial | no_data | error | unsupported | empty | skipped
         "error": S,
     },
     key=("run_id", "path"),
@@ -126,13 +126,15 @@ SOURCE_FILES = Table(
         "rows_skipped": "lines skipped by a documented rule of the reader (blank lines, banners, config dumps, "
         "progress bars, lines that are not records)",
         "rows_out": "rows this file contributed to warehouse tables (one line may give many rows)",
-        "error": "why the file is error, unsupported, empty or skipped; for partial, how many lines were rejected "
-        "and the first reason (all of them are in rejects); NULL for ok",
+        "error": "why the file is no_data, error, unsupported, empty or skipped; for partial, how many lines were "
+        "rejected and the first reason (all of them are in rejects); NULL for ok",
         "lines": "rows_ok + rows_rejected + rows_skipped == lines for every status other than error; for error, the "
         "lines read before it (and rows_* 0: nothing of the file lands)",
-        "status": "ok, partial (some lines rejected), error (the file could not be read; `error` says why), "
-        "unsupported (no reader recognizes it), empty, or skipped (not read: a symlink out of the run "
-        "directory, a directory symlink, a dangling link; `error` says which)",
+        "status": "ok, partial (some lines rejected), no_data (read to its end, but no line parsed: every line "
+        "skipped or rejected; `error` says how many of each), error (the file could not be read; `error` says why), "
+        "unsupported (no reader recognizes it), empty, or skipped (not read as a log: the run's run.toml and "
+        "tokenizer, a hidden file or directory, a symlink out of the run directory, a directory symlink, a "
+        "dangling link; `error` says which). Every file under a run directory has a row",
         "rows_superseded": "step_metrics rows of this file not stored because the run has a better copy of the same "
         "key (step, metric, is_validation): a later line of the same file (a step logged again: the later occurrence "
         "wins, docs/integrity.md), or another file: a wandb run directory holds the binary history and the console's "

@@ -26,6 +26,8 @@ MAX_REJECT_SHARE = 0.05
 # run re-logs a few steps, a log concatenated to itself half of them (see check_repeated_share)
 MAX_REPEATED_SHARE = 0.02
 EXAMPLES = 10  # offending values listed in metadata
+# source_files statuses of a file read to its end (its lines are accounted for)
+READ_STATUSES = ("ok", "partial", "no_data")
 
 
 def _table(table: Table | str) -> Table:
@@ -203,9 +205,9 @@ def check_non_negative_partition(root: Path, table: str, run_id: str) -> CheckOu
 def check_lines_accounted(source_files: pl.DataFrame) -> CheckOutcome:
     """rows_ok + rows_rejected + rows_skipped == lines for every file that was read.
 
-    Files that could not be read at all (error, unsupported, empty) have nothing to account for.
+    Files that could not be read at all (error, unsupported, empty, skipped) have nothing to account for.
     """
-    read = source_files.filter(pl.col("status").is_in(["ok", "partial"]))
+    read = source_files.filter(pl.col("status").is_in(READ_STATUSES))
     off = read.filter(pl.col("rows_ok") + pl.col("rows_rejected") + pl.col("rows_skipped") != pl.col("lines"))
     meta: dict[str, Any] = {
         "files": source_files.height,
@@ -303,5 +305,32 @@ def check_repeated_partition(root: Path, run_id: str, max_share: float = MAX_REP
     sf = scan_table(root, "source_files", [run_id]).collect()
     n = scan_table(root, "step_metrics", [run_id]).select(pl.len()).collect().item()
     passed, meta = check_repeated_share(sf, n, max_share)
+    meta["run_id"] = run_id
+    return passed, meta
+
+
+# --- a run of nothing --------------------------------------------------------------------------
+
+
+def check_run_has_data(source_files: pl.DataFrame) -> CheckOutcome:
+    """Some file of the run gave a parsed line (``rows_ok > 0``). A directory of junk, binary files
+    or logs of no known format lands (its ``source_files`` say why) but is not a run: nothing
+    downstream should treat it as one. The metadata lists each file's status and reason."""
+    parsed = int(source_files["rows_ok"].sum()) if source_files.height else 0
+    meta: dict[str, Any] = {
+        "files": source_files.height,
+        "parsed_lines": parsed,
+        "files_with_data": int((source_files["rows_ok"] > 0).sum()) if source_files.height else 0,
+    }
+    if not parsed:
+        meta["files_and_reasons"] = [
+            f"{r['path']}: {r['status']}" + (f" ({r['error']})" if r["error"] else "")
+            for r in source_files.sort("path").head(EXAMPLES).iter_rows(named=True)
+        ] or ["the run has no file"]
+    return parsed > 0, meta
+
+
+def check_run_has_data_partition(root: Path, run_id: str) -> CheckOutcome:
+    passed, meta = check_run_has_data(scan_table(root, "source_files", [run_id]).collect())
     meta["run_id"] = run_id
     return passed, meta

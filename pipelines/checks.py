@@ -2,8 +2,9 @@
 ``analyses.table_checks``; this module says which asset each check is on and whether it blocks.
 
 Blocking (downstream assets of the run do not execute when they fail): the schema check, since
-every view and fit reads columns by name and type, and unique ordered steps, since a duplicate
-step double-counts in every per-step aggregate. The others report without blocking.
+every view and fit reads columns by name and type; unique ordered steps, since a duplicate
+step double-counts in every per-step aggregate; and that the run has data (a run of nothing is no
+run). The others report without blocking.
 """
 
 # No `from __future__ import annotations` here: Dagster checks the `context` annotation of an
@@ -109,6 +110,14 @@ def reject_share(context: AssetCheckExecutionContext, warehouse: WarehouseResour
         tc.check_rejects_partition(warehouse.root_path, context.partition_key),
         severity=AssetCheckSeverity.WARN,
     )
+
+
+@asset_check(asset="steps", additional_deps=["source_files"], blocking=True, partitions_def=runs_partitions)
+def run_has_data(context: AssetCheckExecutionContext, warehouse: WarehouseResource) -> AssetCheckResult:
+    """Some file of the run gave a parsed line; a run of nothing (junk, binary files, logs of no known
+    format) fails here with each file's reason (source_files), and nothing downstream of the run
+    executes (on `steps`, which the run's fit and the catalog depend on)."""
+    return _result(tc.check_run_has_data_partition(warehouse.root_path, context.partition_key))
 
 
 @asset_check(asset="source_files", partitions_def=runs_partitions)

@@ -77,6 +77,7 @@ class TickPlan:
     cursor: dict[str, str] = field(default_factory=dict)
     unsettled: list[str] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
+    phantoms: list[str] = field(default_factory=list)  # partitions with no run behind them, never ingested
 
 
 def plan_tick(
@@ -92,8 +93,11 @@ def plan_tick(
     ``cursor`` maps run id -> fingerprint last requested; ``last_ingested(run_id)`` gives the
     fingerprint recorded by the run's last ingest, consulted only for runs the cursor lacks.
     Directories that disappeared drop out of the cursor (a re-appearing one is ingested again).
+    A partition with no run under the logs root that was never ingested (a key mistyped in the
+    UI's launch dialog) is a phantom: it is removed. One once ingested stays (its tables do).
     """
     plan = TickPlan()
+    plan.phantoms = sorted(rid for rid in existing_partitions if rid not in states and last_ingested(rid) is None)
     for rid, st in sorted(states.items()):
         if not is_valid_key(rid):
             plan.invalid.append(rid)
@@ -157,8 +161,11 @@ def run_dirs_sensor(context: SensorEvaluationContext, warehouse: WarehouseResour
         context.log.warning(f"run id {rid!r} cannot be a Dagster partition key; rename its directory")
     if plan.unsettled:
         context.log.info(f"still being written, next tick: {', '.join(plan.unsettled)}")
+    if plan.phantoms:
+        context.log.warning(f"removing partition(s) with no run directory, never ingested: {', '.join(plan.phantoms)}")
     cursor = json.dumps(plan.cursor, sort_keys=True)
-    if not plan.new_partitions and not plan.requests:
+    removals = [runs_partitions.build_delete_request(plan.phantoms)] if plan.phantoms else []
+    if not plan.new_partitions and not plan.requests and not plan.phantoms:
         waiting = f", {len(plan.unsettled)} still being written" if plan.unsettled else ""
         return SensorResult(
             skip_reason=f"{len(states)} run dir(s) under {warehouse.logs_root}, none new or changed{waiting}",
@@ -173,9 +180,8 @@ def run_dirs_sensor(context: SensorEvaluationContext, warehouse: WarehouseResour
             )
             for st in plan.requests
         ],
-        dynamic_partitions_requests=[runs_partitions.build_add_request(plan.new_partitions)]
-        if plan.new_partitions
-        else [],
+        dynamic_partitions_requests=([runs_partitions.build_add_request(plan.new_partitions)]
+                                     if plan.new_partitions else []) + removals,
         cursor=cursor,
     )
 

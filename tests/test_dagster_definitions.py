@@ -97,6 +97,7 @@ EXPECTED_CHECK_KEYS = [
     "steps:alert_reward_collapse",
     "steps:alert_throughput_drop",
     "steps:non_negative_times",
+    "steps:run_has_data",
     "steps:schema_matches_contract",
     "steps:unique_ordered_steps",
     "tool_calls:non_negative_times",
@@ -105,7 +106,7 @@ EXPECTED_CHECK_KEYS = [
     "turns:schema_matches_contract",
 ]
 BLOCKING_CHECKS = {k for k in EXPECTED_CHECK_KEYS if k.endswith(":schema_matches_contract")} | {
-    "steps:unique_ordered_steps"
+    "steps:unique_ordered_steps", "steps:run_has_data"
 }
 TABLE_KEYS = [
     k

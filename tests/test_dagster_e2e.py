@@ -103,25 +103,26 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
         m = _mat(tiny, "steps")
         assert m.partition == "tiny-run"
         assert m.metadata["partition_row_count"].value == 3
-        assert m.metadata["dagster/row_count"].value >= 3  # the whole table's, every run ingested so far
+        assert m.metadata["dagster/row_count"].value == 3  # the partition's, shown beside it
+        assert m.metadata["table_row_count"].value >= 3  # the whole table's, every run ingested so far
         assert [c.name for c in m.metadata["dagster/column_schema"].schema.columns] == list(STEPS.columns)
         assert m.metadata["preview"].value.splitlines()[0].startswith("| run_id | step | step_time_s |")
         assert "train.log" in _mat(tiny, "source_files").metadata["files"].value
         assert _mat(tiny, "runs").metadata["source_fingerprint"].value
 
-        # checks: 25 per run (20 on the tables, 5 health alerts); only bad-run's reject share fails, as a warning
+        # checks: 27 per run (22 on the tables, 5 health alerts); only bad-run's reject share fails, as a warning
         evals = {
             (e.asset_check_key.asset_key.to_user_string(), e.asset_check_key.name): e
             for e in result.per_run["bad-run"].get_asset_check_evaluations()
         }
-        assert len(evals) == _per_run_checks(defs) == 25 and len(tiny.get_asset_check_evaluations()) == 25
+        assert len(evals) == _per_run_checks(defs) == 27 and len(tiny.get_asset_check_evaluations()) == 27
         failed = {k: e for k, e in evals.items() if not e.passed}
         assert list(failed) == [("rejects", "reject_share")]
         assert failed["rejects", "reject_share"].severity == AssetCheckSeverity.WARN
         assert failed["rejects", "reject_share"].metadata["reject_share"].value == pytest.approx(
             1 / 3, abs=1e-6
         )
-        assert result.checks.passed == 49 and result.checks.failed == ["bad-run rejects:reject_share (WARN)"]
+        assert result.checks.passed == 53 and result.checks.failed == ["bad-run rejects:reject_share (WARN)"]
         assert all(e.passed for e in tiny.get_asset_check_evaluations())
 
         # the cross-run job refreshed the catalog; SQL sees both runs
@@ -180,6 +181,50 @@ def test_blocking_schema_check_stops_downstream(
         if not e.passed
     ]
     assert failed == [("steps", "schema_matches_contract")]
+
+
+def test_a_run_of_nothing_fails_its_blocking_check(tmp_path: Path) -> None:
+    """A directory of random bytes and two junk lines that sniff as a verl log: the tables land (the
+    files say why), the blocking run_has_data check fails with each file's reason, nothing downstream
+    of the run executes."""
+    logs = tmp_path / "logs"
+    (logs / "junk").mkdir(parents=True)
+    (logs / "junk" / "blob.bin").write_bytes(bytes(range(256)) * 64)
+    (logs / "junk" / "train.log").write_text("step:1 - loss:abc\nstep:2 - loss:def\n")
+    defs, root = _defs(tmp_path, logs)
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(RUNS_PARTITIONS_NAME, ["junk"])
+        res = defs.resolve_job_def(INGEST_JOB_NAME).execute_in_process(
+            partition_key="junk", instance=instance, raise_on_error=False)
+    assert not res.success
+    assert {e.asset_key.to_user_string() for e in res.get_asset_materialization_events()} == set(TABLES)
+    failed = {(e.asset_check_key.name): e for e in res.get_asset_check_evaluations() if not e.passed}
+    assert failed["run_has_data"].severity == AssetCheckSeverity.ERROR
+    assert {k: e.severity for k, e in failed.items() if k != "run_has_data"} == {"reject_share": AssetCheckSeverity.WARN}
+    reasons = failed["run_has_data"].metadata["files_and_reasons"].value
+    assert "blob.bin: unsupported" in reasons and "train.log: no_data (read as verl_console" in reasons
+    sf = scan_table(root, "source_files", ["junk"]).collect().sort("path")
+    assert sf.select("path", "status").rows() == [("blob.bin", "unsupported"), ("train.log", "no_data")]
+
+
+def test_a_mistyped_partition_fails_its_own_run_with_one_line(tmp_path: Path, tiny_logs: Path) -> None:
+    """A partition key with no run directory (mistyped in the launch dialog): its run fails with one
+    line, the key is removed from the partitions, and the real runs' checks keep their results."""
+    defs, _root = _defs(tmp_path, tiny_logs)
+    job = defs.resolve_job_def(INGEST_JOB_NAME)
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(RUNS_PARTITIONS_NAME, ["tiny-run", "tiny-rnu"])
+        good = job.execute_in_process(partition_key="tiny-run", instance=instance, raise_on_error=False)
+        typo = job.execute_in_process(partition_key="tiny-rnu", instance=instance, raise_on_error=False)
+        assert good.success and not typo.success
+        (failure,) = [e for e in typo.all_events if e.event_type_value == "STEP_FAILURE"]
+        message = failure.event_specific_data.user_failure_data.description
+        assert "\n" not in message and message.startswith("no run with run id 'tiny-rnu' under ")
+        assert "partition was removed" in message
+        assert instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME) == ["tiny-run"]
+        assert typo.get_asset_check_evaluations() == [] and typo.get_asset_materialization_events() == []
+        again = job.execute_in_process(partition_key="tiny-run", instance=instance, raise_on_error=False)
+        assert again.success and all(e.passed for e in again.get_asset_check_evaluations())
 
 
 def test_demo_main_prints_headlines(

@@ -182,8 +182,10 @@ def test_run_toml_fills_runs_table(tmp_path: Path, warehouse: Path) -> None:
     assert row["run_id"] == "my_run"  # sanitized for a hive partition
     assert (row["task"], row["n_gpus"], row["max_response_length"]) == ("math", 2, 512)
     assert '"team": "rl"' in row["tags"]
-    # run.toml is configuration, not an input log
-    assert scan_table(warehouse, "source_files").collect()["path"].to_list() == ["a.log"]
+    # run.toml is configuration, not an input log: accounted for as skipped, with why
+    sf = scan_table(warehouse, "source_files").collect()
+    assert sf.select("path", "status", "error").rows() == [
+        ("a.log", "ok", None), ("run.toml", "skipped", "the run's run.toml: read for the run's facts, not as a log")]
 
 
 def test_step_metric_carried_by_two_files_is_stored_once_from_the_better_source(tmp_path: Path, warehouse: Path) -> None:

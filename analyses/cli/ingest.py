@@ -12,7 +12,7 @@ from analyses.atomic_output import WriteFailed
 from analyses.cli.common import EXIT_FAIL, EXIT_OK, Command, UsageError, add_warehouse, warehouse
 from analyses.cli.work_progress import WorkProgress
 from analyses.fanout import RayUnavailable, RunOutcome, RunTask, ingest_local, ingest_ray
-from analyses.ingest import iter_run_dirs
+from analyses.ingest import RunReport, iter_run_dirs
 from analyses.manifest import ManifestError, RunIdError
 from analyses.progress import IngestProgress
 from analyses.run_split import PlannedRun, plan_runs
@@ -89,6 +89,10 @@ def _run(args: argparse.Namespace) -> int:
             total_rejects += rep.rows_rejected
             if show:
                 print("\n".join(rep.summary_lines()))
+            if not rep.has_data:  # landed, so that its files say why, but no success
+                if not plan.leftover:
+                    refused.append(rep.no_data_line())
+                print(f"polytrace ingest: {_no_data(rep, plan)}", file=sys.stderr)
     if unwritable is not None:
         print(unwritable, file=sys.stderr)
         return EXIT_FAIL
@@ -105,14 +109,17 @@ def _run_fanout(args: argparse.Namespace, pt: PolyTrace, plans: list[PlannedRun]
     """One task per run on local processes (``--workers``) or Ray (``--ray``); the progress bar
     counts runs done, and each run's summary prints as it lands."""
     show = not args.quiet
+    by_id = {p.run_id: p for p in plans}
     tasks = [RunTask.of(p, pt.location, lock_wait_s) for p in plans]
     with WorkProgress(show and sys.stderr.isatty(), len(tasks), "ingest") as bar:
         def on_done(out: RunOutcome) -> None:
             bar.event("run_done", {"run_id": out.run_id})
             if out.report is not None and show:
                 print("\n".join(out.report.summary_lines()))
-            elif out.report is None:
+            if out.report is None:
                 print(f"polytrace ingest: run {out.run_id}: {out.message}", file=sys.stderr)
+            elif not out.report.has_data:
+                print(f"polytrace ingest: {_no_data(out.report, by_id[out.run_id])}", file=sys.stderr)
 
         try:
             outcomes = (ingest_ray(tasks, args.ray, on_done) if args.ray
@@ -130,7 +137,16 @@ def _run_fanout(args: argparse.Namespace, pt: PolyTrace, plans: list[PlannedRun]
     locked = [o for o in failed if o.kind == "locked"]
     if locked:  # as in the serial ingest: another writer holding a run is a usage error
         raise UsageError(locked[0].message)
-    return EXIT_FAIL if failed else EXIT_OK
+    no_data = [o for o in outcomes if o.report is not None and not o.report.has_data and not by_id[o.run_id].leftover]
+    return EXIT_FAIL if failed or no_data else EXIT_OK
+
+
+def _no_data(rep: RunReport, plan: PlannedRun) -> str:
+    """The line for a run without data; the leftover files of a split directory (parameter files,
+    notes beside several logs) are said not to be a run, and fail nothing."""
+    if plan.leftover:
+        return f"{rep.no_data_line()} (the files of no single log beside the directory's runs: not a run)"
+    return rep.no_data_line()
 
 
 def _plan(paths: list[Path], forced: str | None, show: bool) -> list[PlannedRun]:

@@ -4,6 +4,10 @@ Shared by the line-based readers. Line numbering is exact and matches what an ed
 
 * lines are split on ``\\n`` only; a trailing ``\\r`` (CRLF files) is removed, a ``\\r`` inside a
   line (progress bars redrawn in place) is kept, so numbering agrees with ``wc -l`` / ``grep -n``;
+* except in a file with classic Mac OS line ends: when the file's first block (the whole of a
+  file up to 4 MiB, else the first 32 MiB it inflates to) holds ``\\r`` but no ``\\n`` at all, every
+  ``\\r`` ends a line (read as ``\\n``), as an editor shows it. (A console capture's progress bars
+  redraw with ``\\r`` too, but every real capture has some newline among its first 32 MiB.)
 * blank lines are lines (they get a number and must be accounted for by the reader);
 * a final line without a terminating newline is a line too: the line count is ``wc -l`` plus
   one when the file does not end in ``\\n`` (an empty file has zero lines);
@@ -246,6 +250,7 @@ def _small_plain(path: Path, max_line_bytes: int) -> tuple[bytes, _PlainScan] | 
     if len(data) > _SMALL_FILE_BYTES or data[:2] == b"\x1f\x8b":
         return None
     _check_text(data[:_TEXT_CHECK_BYTES], path)
+    data = cr_to_lf(data)
     scan = _scan_blocks([data] if data else [], max_line_bytes)
     if not scan.clean or scan.longest > _FAST_MAX_LINE:
         return None
@@ -447,6 +452,7 @@ def _raw_blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
     gz = is_gzip(path)
     cap = limits.current().gzip_cap(path.stat().st_size) if gz else None
     total = 0
+    cr_only = _cr_only(path, gz)
     try:
         with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
             while True:
@@ -459,9 +465,39 @@ def _raw_blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
                         f"{path.name}: gzip inflates beyond {cap} bytes ({limits.current().gzip_max_ratio}x its "
                         "compressed size): refused as a possible gzip bomb"
                     )
-                yield data
+                yield data.replace(b"\r", b"\n") if cr_only else data
     except (OSError, EOFError, zlib.error) as exc:  # corrupt or truncated gzip, I/O error
         raise UnreadableFile(f"{path.name}: {type(exc).__name__}: {exc}") from exc
+
+
+_CR_DECIDE_BYTES = DEFAULT_BLOCK_BYTES  # how much of a file decides whether \r alone ends its lines
+
+
+def _cr_only(path: Path, gz: bool) -> bool:
+    """Whether ``\\r`` alone ends the lines of ``path`` (module rules): its first
+    ``_CR_DECIDE_BYTES`` (inflated) hold a ``\\r`` and no ``\\n``. Reads until the first ``\\n``,
+    which most files have in their first line. Errors are left to the reading that follows."""
+    seen_cr = False
+    try:
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
+            read = 0
+            while read < _CR_DECIDE_BYTES:
+                data = fh.read(1 << 20)
+                if not data or b"\n" in data:
+                    break
+                seen_cr = seen_cr or b"\r" in data
+                read += len(data)
+            else:
+                return seen_cr
+            return seen_cr and not data
+    except (OSError, EOFError, zlib.error):
+        return False
+
+
+def cr_to_lf(data: bytes) -> bytes:
+    """``data`` with every ``\\r`` read as a line end when it holds ``\\r`` but no ``\\n`` (a classic
+    Mac OS file, see the module rules); else ``data`` unchanged."""
+    return data.replace(b"\r", b"\n") if b"\n" not in data and b"\r" in data else data
 
 
 def _frame(data: bytes, first_line_no: int) -> pl.DataFrame:

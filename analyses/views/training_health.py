@@ -230,7 +230,8 @@ WITH f AS (
                FILTER (WHERE status IN ('ok', 'partial') AND format <> 'unknown') AS formats,
            count(*) AS files, count(*) FILTER (WHERE status NOT IN ('ok', 'partial')) AS files_not_read,
            CAST(sum(rows_rejected) AS BIGINT) AS rejected_lines, CAST(sum(rows_superseded) AS BIGINT) AS superseded_rows,
-           CAST(sum(rows_repeated) AS BIGINT) AS repeated_rows
+           CAST(sum(rows_repeated) AS BIGINT) AS repeated_rows, CAST(sum(rows_ok) AS BIGINT) AS parsed_lines,
+           string_agg(path || ': ' || status || coalesce(' (' || error || ')', ''), '; ' ORDER BY path) AS file_reasons
     FROM source_files GROUP BY run_id
 ), h AS (
     SELECT run_id, count(*) AS steps, count(*) FILTER (WHERE partial) AS partial_steps, min(step) AS first_step,
@@ -268,7 +269,10 @@ SELECT r.run_id, r.model, r.framework, r.task,
             WHEN tel.s IS NOT NULL THEN 'telemetry_span' END AS duration_source,
        r.max_response_length, r.max_response_length_source,
        f.formats, f.files, f.files_not_read, f.rejected_lines, f.superseded_rows, f.repeated_rows,
-       coalesce(a.n_alerts, 0) AS n_alerts, coalesce(a.alerts, 'none') AS alerts
+       coalesce(f.parsed_lines, 0) > 0 AS has_data,
+       coalesce(a.n_alerts, 0) + (coalesce(f.parsed_lines, 0) = 0)::INTEGER AS n_alerts,
+       CASE WHEN coalesce(f.parsed_lines, 0) = 0 THEN 'no data: ' || coalesce(f.file_reasons, 'the run has no file')
+            ELSE coalesce(a.alerts, 'none') END AS alerts
 FROM runs r LEFT JOIN f USING (run_id) LEFT JOIN h USING (run_id) LEFT JOIN rt USING (run_id)
 LEFT JOIN win USING (run_id) LEFT JOIN st USING (run_id) LEFT JOIN tel USING (run_id) LEFT JOIN gpu USING (run_id)
 LEFT JOIN a USING (run_id)
@@ -280,8 +284,9 @@ LEFT JOIN a USING (run_id)
     "else the telemetry span; duration_source says which); the response cap and its source; formats ingested, files, "
     "files_not_read (status other than ok/partial), rejected_lines (source_files.rows_rejected), superseded_rows "
     "(rows_superseded: step metrics stored once because a later line or a better file has them too) and of them "
-    "repeated_rows (rows_repeated: logged again later in the same file, docs/integrity.md); n_alerts and alerts "
-    "(health_alerts: kind (steps first-last)).",
+    "repeated_rows (rows_repeated: logged again later in the same file, docs/integrity.md); has_data (some file gave "
+    "a parsed line); n_alerts and alerts (health_alerts: kind (steps first-last); for a run without data, "
+    "'no data: ' and each file's path: status (reason)).",
 )
 
 # what the figure draws, top to bottom (columns of training_health)

@@ -15,8 +15,10 @@ from typing import Any
 from dagster import (
     AssetExecutionContext,
     AssetKey,
+    AssetRecordsFilter,
     AssetSpec,
     AutomationCondition,
+    Failure,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -30,7 +32,7 @@ from analyses.schema import TABLES, Table
 from analyses.views import all_views
 from analyses.warehouse import partition_files, scan_table
 from pipelines.assets import contract_table_schema, frame_metadata
-from pipelines.partitions import FINGERPRINT_META, run_fingerprint, runs_partitions
+from pipelines.partitions import FINGERPRINT_META, RUNS_PARTITIONS_NAME, run_fingerprint, runs_partitions
 from pipelines.resources import WarehouseResource
 
 INGEST_GROUP = "ingest"
@@ -69,7 +71,10 @@ TABLE_KEYS: list[AssetKey] = [s.key for s in TABLE_SPECS]
 )
 def ingest_run_tables(context: AssetExecutionContext, warehouse: WarehouseResource) -> Iterator[MaterializeResult]:
     run_id = context.partition_key
-    plan = warehouse.run_plan(run_id)
+    try:
+        plan = warehouse.run_plan(run_id)
+    except FileNotFoundError as exc:
+        raise _missing_run(context, run_id, exc) from None
     part = f" ({len(plan.only)} of its files: {plan.reason})" if plan.only is not None else ""
     context.log.info(f"ingesting {plan.path}{part} as run {run_id} into {warehouse.root}")
 
@@ -88,13 +93,32 @@ def ingest_run_tables(context: AssetExecutionContext, warehouse: WarehouseResour
         yield MaterializeResult(asset_key=name, metadata=meta)
 
 
+def _missing_run(context: AssetExecutionContext, run_id: str, exc: FileNotFoundError) -> Failure:
+    """The one-line failure of a partition with no run behind it (a key mistyped in the launch
+    dialog, or a run directory removed). A key that was never ingested is removed from the
+    partitions, so that it does not linger in the UI; a run once ingested keeps its partition (its
+    tables and history stay). Nothing is read or written, and no other partition is touched."""
+    instance = context.instance
+    ingested = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey("runs"), asset_partitions=[run_id]), limit=1
+    ).records
+    if not ingested and instance.has_dynamic_partition(RUNS_PARTITIONS_NAME, run_id):
+        instance.delete_dynamic_partition(RUNS_PARTITIONS_NAME, run_id)
+        what = "never ingested, so the partition was removed (a mistyped key?)"
+    else:
+        what = "its tables from the last ingest stay; remove the partition if the run is gone for good"
+    return Failure(description=f"{exc}: {what}", allow_retries=False)
+
+
 def _table_metadata(root: Path, table: str, run_id: str, report: RunReport) -> dict[str, Any]:
     rows = partition_rows(root, table, run_id)
     head = scan_table(root, table, [run_id]).head(PREVIEW_ROWS).collect()
     meta = frame_metadata(head, rows)
-    # the asset is the whole table: its row count is every run's, this partition's is beside it
-    meta["dagster/row_count"] = MetadataValue.int(table_rows(root, table))
+    # a materialization is one partition's: Dagster shows dagster/row_count beside that partition, so
+    # it is the partition's rows; the whole table's (every run ingested so far) is beside it
+    meta["dagster/row_count"] = MetadataValue.int(rows)
     meta["partition_row_count"] = MetadataValue.int(rows)
+    meta["table_row_count"] = MetadataValue.int(table_rows(root, table))
     # the stored schema equals the contract (the blocking schema check saw to it); show the contract's
     # column descriptions rather than bare names
     meta["dagster/column_schema"] = contract_table_schema(table)

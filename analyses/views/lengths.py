@@ -2,7 +2,11 @@
 
 Only training samples count (``validate`` is not true). A prompt is counted once per
 (run, step, group): the n responses sampled from one prompt share it, so counting it n times
-would weight nothing differently but inflate ``n``. Task is the sample's own, else the run's.
+would weight nothing differently but inflate ``n``. Samples of one group that carry different
+prompt lengths (multi-turn records counting a trajectory's own turns) give one prompt row per
+distinct length: picking one of them (``any_value``) made the quantiles depend on the query plan
+(the demo's multi-turn run read prompt p50/p99 299/417 or 325/420, with or without a ``WHERE``).
+Task is the sample's own, else the run's.
 
 Partial steps (``training_health.partial``: a step cut short holds the responses that finished
 first, the short ones) are flagged (``partial_step``), shown per step in ``length_drift``, and
@@ -34,12 +38,14 @@ WITH s AS (
 SELECT run_id, task, step, 'response' AS kind, response_tokens AS tokens, response_truncated AS truncated, partial_step
 FROM s WHERE response_tokens IS NOT NULL
 UNION ALL
-SELECT run_id, task, step, 'prompt' AS kind, any_value(prompt_tokens) AS tokens, bool_or(prompt_truncated) AS truncated,
-       any_value(partial_step)
+SELECT run_id, task, step, 'prompt' AS kind, prompt_tokens AS tokens, bool_or(prompt_truncated) AS truncated,
+       bool_or(partial_step)
 FROM s WHERE prompt_tokens IS NOT NULL
-GROUP BY run_id, task, step, prompt_key
+GROUP BY run_id, task, step, prompt_key, prompt_tokens
 """,
-    "One row per training response and per distinct prompt (run, step, group): run_id, task, step, "
+    "One row per training response and per distinct prompt (run, step, group, and its length: the samples of a "
+    "group share their prompt; multi-turn records whose samples carry different prompt lengths give a row per "
+    "distinct length): run_id, task, step, "
     "kind ('prompt'|'response'), tokens, truncated (the sample's flag, else tokens >= the run's max length, "
     "runs.max_response_length: run.toml's or inferred; NULL when neither is known), partial_step (the step is "
     "partial, training_health.partial).",

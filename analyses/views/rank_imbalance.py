@@ -94,15 +94,21 @@ GROUP = ViewGroup(
     needs="samples with dp_rank, rank_times, or global_seqlen/* metrics",
     main=RANK_IMBALANCE,
     views=(RANK_IMBALANCE,),
+    # the most often busiest unit: the lowest id on a tie (mode() picks any of them)
     headline_sql="""
+        WITH busy AS (
+            SELECT run_id, phase, quantity, arg_max(u, (n, -u)) AS unit, max(n) AS n
+            FROM (SELECT run_id, phase, quantity, busiest_unit_id AS u, count(*) AS n FROM rank_imbalance
+                  WHERE busiest_unit_id IS NOT NULL GROUP BY ALL)
+            GROUP BY ALL
+        )
         SELECT run_id, phase, quantity, count(*) AS steps, round(median(max_over_mean), 3) AS median_max_over_mean,
                round(min(max_over_mean), 3) AS min_max_over_mean, round(max(max_over_mean), 3) AS max_max_over_mean,
                round(max(max_over_min), 3) AS max_max_over_min, round(avg(idle_share), 3) AS mean_idle_share,
                arg_max(step, (max_over_mean, -step)) AS worst_step,
                arg_max(busiest_unit_id, (max_over_mean, -step)) AS worst_step_busiest,
-               mode(busiest_unit_id) AS most_often_busiest,
-               count(*) FILTER (WHERE busiest_unit_id = mode_unit) AS most_often_busiest_steps
-        FROM (SELECT *, mode(busiest_unit_id) OVER (PARTITION BY run_id, phase, quantity) AS mode_unit FROM rank_imbalance)
-        GROUP BY run_id, phase, quantity ORDER BY run_id, phase, quantity""",
+               b.unit AS most_often_busiest, coalesce(b.n, 0) AS most_often_busiest_steps
+        FROM rank_imbalance LEFT JOIN busy b USING (run_id, phase, quantity)
+        GROUP BY run_id, phase, quantity, b.unit, b.n ORDER BY run_id, phase, quantity""",
     figures=_figures,
 )

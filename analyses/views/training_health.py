@@ -190,28 +190,29 @@ long AS ({_long}
               - row_number() OVER (PARTITION BY run_id, kind, hit ORDER BY step) AS island
     FROM hit
 ), stretch AS (
-    SELECT run_id, kind, any_value(metric) AS metric, any_value(test) AS test, any_value(threshold) AS threshold,
-           any_value(regime_change) AS regime_change, any_value(severity) AS severity,
+    -- metric, test, threshold, regime_change, severity and sustain are the rule's (one per kind):
+    -- grouped by, never picked by any_value, so no plan can change what a row says
+    SELECT run_id, kind, metric, test, threshold, regime_change, severity,
            min(step) AS first_step, max(step) AS last_step, count(*) AS n_steps,
            arg_min(value, step) AS first_value, arg_min(earlier_level, step) AS earlier_level,
            min(value) AS min_value, max(value) AS max_value
-    FROM isl WHERE hit GROUP BY run_id, kind, island
-    HAVING count(*) >= any_value(sustain)
+    FROM isl WHERE hit GROUP BY run_id, kind, metric, test, threshold, regime_change, severity, sustain, island
+    HAVING count(*) >= sustain
 )
 SELECT run_id, kind, metric, min(first_step) AS first_step, max(last_step) AS last_step,
        CAST(sum(n_steps) AS BIGINT) AS n_steps, count(*) AS stretches,
        arg_min(first_value, first_step) AS first_value, arg_min(earlier_level, first_step) AS earlier_level,
-       any_value(threshold) AS threshold, any_value(regime_change) AS regime_change, any_value(severity) AS severity,
-       CASE any_value(test)
+       threshold, regime_change, severity,
+       CASE test
          WHEN 'drop' THEN printf('%s fell to %.4g at step %d, below %g x its earlier level %.4g; low for %d step(s) '
                                  || 'in %d stretch(es) up to step %d',
-                                 metric, arg_min(first_value, first_step), min(first_step), any_value(threshold),
+                                 metric, arg_min(first_value, first_step), min(first_step), threshold,
                                  arg_min(earlier_level, first_step), CAST(sum(n_steps) AS BIGINT), count(*), max(last_step))
          ELSE printf('%s >= %g for %d step(s) in %d stretch(es), steps %d-%d (max %.4g)',
-                     metric, any_value(threshold), CAST(sum(n_steps) AS BIGINT), count(*), min(first_step),
+                     metric, threshold, CAST(sum(n_steps) AS BIGINT), count(*), min(first_step),
                      max(last_step), max(max_value))
        END AS detail
-FROM stretch GROUP BY run_id, kind, metric
+FROM stretch GROUP BY run_id, kind, metric, test, threshold, regime_change, severity
 """,
     "Per run x alert kind raised (" + ", ".join(r.kind for r in ALERT_RULES) + "): metric (the training_health "
     "column), first_step (first step of the first sustained stretch), last_step (last step of the last), n_steps "

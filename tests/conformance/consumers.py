@@ -8,7 +8,7 @@ unchanged (its hash is stamped in the environment). A file lock makes concurrent
 install. Drivers (``drivers/<tool>_driver.py``, sharing ``drivers/verdicts.py``) run under the environment's python, import nothing from
 the project, load files with the tool's own classes and print JSON verdicts.
 
-    python tests/conformance/consumers.py install [TOOL ...]   # what `make conformance-env` runs
+    python tests/conformance/consumers.py install [TOOL ...]   # what `make conformance-env` runs (duckdb-1.5.6, ...)
     python tests/conformance/consumers.py info                 # versions, paths, sizes
 """
 
@@ -48,6 +48,7 @@ class Consumer:
     name: str
     version: str
     loaders: tuple[str, ...]  # what its driver exercises, for the report
+    extras: tuple[str, ...] = ()  # packages installed beside it (pinned by its lock file)
 
     @property
     def lock(self) -> Path:
@@ -77,6 +78,17 @@ CONSUMERS: dict[str, Consumer] = {c.name: c for c in (
                                  "vidur.request_generator.TraceRequestLengthGenerator",
                                  "vidur.request_generator.TraceRequestIntervalGenerator")),
 )}
+
+
+# DuckDB clients other than the project's (the README: the catalog opens in "any DuckDB client 1.1 or
+# later"), each in its own environment like the consumers, to read the warehouse's views under another
+# engine version: the oldest supported and the last 1.x (tests/conformance/test_view_determinism.py)
+# (DuckDB 1.x's Python client needs pytz to return TIMESTAMPTZ values, as a user's would have it)
+DUCKDB_CLIENTS: dict[str, Consumer] = {v: Consumer("duckdb", v, ("duckdb.connect(<warehouse>/polytrace.duckdb)",),
+                                                   extras=("pytz",))
+                                       for v in ("1.1.3", "1.5.6")}
+# everything `install` and `info` handle, by the name `install` takes
+ENVIRONMENTS: dict[str, Consumer] = {**CONSUMERS, **{f"duckdb-{v}": c for v, c in DUCKDB_CLIENTS.items()}}
 
 
 def cache_root() -> Path:
@@ -126,7 +138,7 @@ def ensure(c: Consumer, log: Path | None = None) -> Path:
         t0 = time.monotonic()
         steps = [[_base_python(), "-m", "venv", str(c.env_dir)],
                  [str(c.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
-                  "-c", str(c.lock), f"{c.name}=={c.version}"]]
+                  "-c", str(c.lock), f"{c.name}=={c.version}", *c.extras]]
         with open(log, "w") as fh:
             for cmd in steps:
                 fh.write("$ " + " ".join(cmd) + "\n")
@@ -178,7 +190,7 @@ def run_driver(c: Consumer, jobs: Sequence[dict[str, Any]]) -> list[dict[str, An
 
 def info() -> list[dict[str, Any]]:
     out = []
-    for c in CONSUMERS.values():
+    for c in ENVIRONMENTS.values():
         row: dict[str, Any] = {"tool": c.name, "version": c.version, "env": str(c.env_dir), "installed": is_installed(c)}
         if row["installed"]:
             row.update(json.loads(_stamp(c).read_text()))
@@ -190,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     cmd, names = (args[0] if args else "info"), args[1:]
     if cmd == "install":
-        todo = [CONSUMERS[n] for n in (names or CONSUMERS)]
+        todo = [ENVIRONMENTS[n] for n in (names or ENVIRONMENTS)]
 
         def one(c: Consumer) -> str:
             t0 = time.monotonic()

@@ -33,6 +33,7 @@ from analyses.run_facts import (
     ConfigFacts,
     RunFacts,
     config_dump_file_facts,
+    framework_of,
     infer_run_facts,
     with_truncation,
 )
@@ -539,7 +540,8 @@ def _finish_run(
     runs = pl.DataFrame(
         [
             {
-                "task": manifest.task, "framework": manifest.framework, "model": manifest.model or config.model,
+                "task": manifest.task, "framework": manifest.framework or _framework(report),
+                "model": manifest.model or config.model,
                 "n_gpus": facts.n_gpus, "n_gpus_source": facts.n_gpus_source,
                 "max_response_length": facts.max_response_length,
                 "max_response_length_source": facts.max_response_length_source,
@@ -554,6 +556,12 @@ def _finish_run(
     for name in ("step_metrics", "steps", "samples", "turns", "tool_calls", "rank_times", "gpu_samples",
                  "filter_batches", "rejects"):
         report.table_rows[name] = staging.scan(name).select(pl.len()).collect().item()
+
+
+def _framework(report: RunReport) -> str | None:
+    formats = {f.format for f in report.files if f.rows_ok}
+    return framework_of([(f.format, f.rows_ok) for f in report.files],
+                        {fmt: reader_by_name(fmt).framework for fmt in formats})
 
 
 # readers whose files may open with a verl config dump (see analyses.run_facts)

@@ -175,7 +175,7 @@ def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: Vi
     else:
         notes.append(f"more than {PAIRWISE_MAX_RUNS} runs: no pairwise ranking (`polytrace compare A B` ranks any two)")
     return Section("compare", "Cross-run comparison", f"How do the {len(runs)} selected runs differ, and is it real?",
-                   "several runs", head, [f for f in figs if f.drawn], notes=notes, tables=tables)
+                   COMPARISON_NEEDS, head, [f for f in figs if f.drawn], notes=notes, tables=tables)
 
 
 def pair_section(con: duckdb.DuckDBPyConnection, cmp: Any) -> Section:
@@ -195,6 +195,13 @@ def pair_section(con: duckdb.DuckDBPyConnection, cmp: Any) -> Section:
                    f"What changed from A to B, and by how much? {len(cmp.credible)} credible difference(s).",
                    "two runs or step ranges", differences_frame(cmp).drop("verdict"),
                    [f for f in [FigureSpec("compare__curves", fig, True)] if f.drawn], notes=notes)
+
+
+# what the comparison reads (its table and CDF: length_quantiles; its other figures: step_variance and
+# rank_imbalance), said when the selected runs have none of it
+COMPARISON_NEEDS = ("per-sample response lengths (samples.response_tokens: PolyTrace logs, rollout dumps) in at least one "
+                    "selected run for its table and length CDF; step times (steps) and per-rank times (rank_times) for "
+                    "its other figures")
 
 
 def selected_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None) -> list[str]:

@@ -227,3 +227,17 @@ def with_truncation(samples: pl.LazyFrame, cap: int | None) -> pl.LazyFrame:
     if cap is None:
         return samples
     return samples.with_columns(truncated=pl.coalesce(pl.col("truncated"), pl.col("response_tokens") >= cap))
+
+
+def framework_of(file_formats: list[tuple[str, int]], framework_by_format: dict[str, str | None]) -> str | None:
+    """The training framework a run's logs show, when run.toml does not say: among the files that gave
+    parsed lines (``(format, rows_ok)``), the framework of the format with the most parsed lines
+    (``framework_by_format``: each reader's ``framework``; verl's console and JSONL logs and rollout
+    dumps say verl, transformers' console logs and trainer_state.json say trl); None when no such
+    file names one (wandb, TensorBoard, telemetry and PolyTrace logs are written by several)."""
+    votes: dict[str, int] = {}
+    for fmt, rows in file_formats:
+        fw = framework_by_format.get(fmt)
+        if fw is not None and rows > 0:
+            votes[fw] = votes.get(fw, 0) + rows
+    return max(sorted(votes), key=lambda f: votes[f]) if votes else None

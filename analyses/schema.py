@@ -55,7 +55,9 @@ RUNS = Table(
     key=("run_id",),
     docs={
         "task": "what the run trains on (run.toml `task`, e.g. math, search, code, video); NULL when not given",
-        "framework": "training framework (run.toml `framework`, e.g. verl, trl); NULL when not given",
+        "framework": "training framework: run.toml `framework`, else what the logs' formats show (verl console/JSONL "
+        "logs and rollout dumps: verl; TRL/transformers console logs and trainer_state.json: trl; the format with the "
+        "most parsed lines wins); NULL when neither says (wandb, TensorBoard, telemetry, PolyTrace logs alone)",
         "model": "run.toml's model, else the actor's model.path in a verl config dump (a hub id or a local path, as "
         "written); NULL when neither says",
         "n_gpus": "GPUs the job used: run.toml, else a verl config dump (nnodes x n_gpus_per_node), else the GPUs "

@@ -65,6 +65,23 @@ def test_single_run_has_no_comparison_and_says_what_is_missing(wh: Path, tmp_pat
     assert "agent-b" in text and "math-a" not in text.split("<nav>")[0]
 
 
+def test_an_empty_comparison_says_which_data_it_needs(tmp_path: Path) -> None:
+    """Runs of step logs without samples (verl console logs): the comparison said "this view needs
+    several runs" with several runs selected; it says which data it reads."""
+    root = tmp_path / "wh"
+    for name in ("a", "b", "c"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "train.log").write_text("step:1 - timing_s/gen:1.0 - timing_s/step:2.0\n")
+        PolyTrace(root).ingest(d)
+    res = PolyTrace(root).report(tmp_path / "r.html", png=False)
+    compare = {s.group: s for s in res.sections}["compare"]
+    assert compare.empty and compare.needs == R.COMPARISON_NEEDS
+    text = res.path.read_text()
+    assert "this view needs several runs" not in text
+    assert "this view needs per-sample response lengths (samples.response_tokens" in text
+
+
 def test_progress_hears_a_step_per_section_and_one_for_the_pngs(wh: Path, tmp_path: Path) -> None:
     events: list[tuple[str, object]] = []
     runs = PolyTrace(wh).run_ids()[:2]

@@ -128,3 +128,25 @@ def test_duplicate_dcgm_scrape_counted_once(real_file, tmp_path: Path) -> None: 
     assert sf["ericsson-ccd_accelerator_metrics.md"]["rows_superseded"] == 20
     assert sf["upcloud_accelerator-metrics.md"]["rows_superseded"] == 23
     assert sf["upcloud_accelerator-metrics.md"]["rows_out"] == 0
+
+
+def test_framework_from_the_logs_when_run_toml_does_not_say(tmp_path: Path) -> None:
+    """runs.framework was NULL for a verl log without run.toml; the readers know their framework."""
+    from analyses.readers import reader_by_name
+    from analyses.run_facts import framework_of
+
+    fw = {f: reader_by_name(f).framework for f in ("verl_console", "trl_console", "nvidia_smi_csv", "wandb_offline")}
+    assert fw == {"verl_console": "verl", "trl_console": "trl", "nvidia_smi_csv": None, "wandb_offline": None}
+    assert framework_of([("verl_console", 10), ("nvidia_smi_csv", 900)], fw) == "verl"
+    assert framework_of([("verl_console", 0), ("trl_console", 3)], fw) == "trl"  # a file that parsed nothing says nothing
+    assert framework_of([("nvidia_smi_csv", 9)], fw) is None
+    wh = tmp_path / "wh"
+    for name, toml in (("plain", None), ("declared", 'framework = "my-fork"\n')):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "train.log").write_text("step:1 - timing_s/gen:1.0\n")
+        if toml:
+            (d / "run.toml").write_text(toml)
+        ingest_run(d, wh)
+    got = dict(scan_table(wh, "runs").select("run_id", "framework").collect().rows())
+    assert got == {"plain": "verl", "declared": "my-fork"}

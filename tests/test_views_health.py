@@ -57,10 +57,26 @@ def test_clip_ratio_high_counts_the_sustained_stretch_only(tmp_path: Path) -> No
     assert "max 0.3" in r["detail"]
 
 
-def test_reward_collapse_needs_a_positive_earlier_level(tmp_path: Path) -> None:
+def test_reward_collapse_of_a_non_negative_reward_is_half_its_earlier_level(tmp_path: Path) -> None:
     a = _alerts(tmp_path, {"critic/score/mean": [0.8] * 5 + [0.3] * 5})
-    assert (a["reward_collapse"]["first_step"], a["reward_collapse"]["n_steps"]) == (6, 5)  # 0.3 < 0.5 x 0.8
-    assert _alerts(tmp_path / "neg", {"critic/score/mean": [-0.5] * 5 + [-0.9] * 5}) == {}
+    r = a["reward_collapse"]
+    assert (r["first_step"], r["n_steps"], r["floor"]) == (6, 5, 0.0)  # 0.3 < 0.5 x 0.8
+    assert "above its floor" not in r["detail"]
+    assert _alerts(tmp_path / "flat", {"critic/score/mean": [-0.5] * 5 + [-0.9] * 5}) == {}  # no climb to lose
+
+
+def test_reward_collapse_of_a_signed_reward_is_losing_half_its_climb(tmp_path: Path) -> None:
+    # rewards in [-1, 1]: from -1 up to -0.2 (levels -1 .. -0.2), then back to -0.9: it lost 0.7 of a
+    # 0.8 climb; low below -1 + 0.5 x 0.8 = -0.6. The old rule (a positive level required) said nothing
+    up = [-1.0] * 5 + [-0.2] * 5
+    r = _alerts(tmp_path, {"critic/score/mean": up + [-0.9] * 5})["reward_collapse"]
+    assert (r["first_step"], r["n_steps"], r["earlier_level"], r["floor"]) == (11, 5, -0.2, -1.0)
+    assert "fell to -0.9 at step 11, below 0.5 x its earlier level -0.2 above its floor -1" in r["detail"]
+    # a dip that keeps most of the climb (-0.5 > -0.6) is no collapse
+    assert _alerts(tmp_path / "dip", {"critic/score/mean": up + [-0.5] * 5}) == {}
+    # noise around a small positive level, in a run that started negative: -0.01 is not below half of 0.02
+    # measured from -0.3 (the old rule flagged it: -0.01 < 0.5 x 0.02)
+    assert _alerts(tmp_path / "near0", {"critic/score/mean": [-0.3] * 5 + [0.02] * 5 + [-0.01] * 5}) == {}
 
 
 def test_entropy_collapse_and_throughput_drop(tmp_path: Path) -> None:

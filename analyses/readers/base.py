@@ -86,6 +86,9 @@ class ReaderBase:
     # literals of the lines that show this format, for a second look past the head of a file
     # whose head matched nothing (see analyses.readers.late_sniff); empty: no second look
     late_sniff: tuple[str, ...] = ()
+    # the training framework whose logs this format is (runs.framework when run.toml does not say);
+    # None: a format several frameworks write (wandb, TensorBoard, telemetry, PolyTrace logs)
+    framework: str | None = None
 
 
 class UnreadableFile(Exception):

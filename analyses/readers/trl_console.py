@@ -131,6 +131,7 @@ class TrlConsoleReader(ReaderBase):
     """transformers ``Trainer`` console captures (TRL ``GRPOTrainer``, Unsloth)."""
 
     name = "trl_console"
+    framework = "trl"
     late_sniff = (_EPOCH,)  # its log dicts may first appear megabytes into a capture
 
     def __init__(self, batch_lines: int = BATCH_LINES) -> None:

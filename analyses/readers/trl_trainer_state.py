@@ -78,6 +78,7 @@ class TrainerStateReader(ReaderBase):
     """transformers ``trainer_state.json`` documents."""
 
     name = "trl_trainer_state"
+    framework = "trl"
 
     def sniff(self, head: str, path: Path) -> bool:
         return head.lstrip().startswith("{") and '"log_history"' in head and '"global_step"' in head

@@ -102,6 +102,7 @@ class VerlConsoleReader(ReaderBase):
     """verl ``step:N - key:value`` console logs (any generation, plain or gzip)."""
 
     name = "verl_console"
+    framework = "verl"
     # a wandb output.log can open with megabytes of prints before its first step line: the second
     # look of format detection offers this sniff the lines holding these (see readers.late_sniff)
     late_sniff = ("step:", "{'actor_rollout_ref': {")

@@ -63,6 +63,7 @@ _INT_TYPES = ("UBIGINT", "BIGINT", "DOUBLE")
 class VerlFileLoggerReader(ReaderBase):
     metric_source = METRIC_SOURCE_STRUCTURED
     name = "verl_jsonl"
+    framework = "verl"
     batch_lines = 500  # a verl line is ~4-15 KB (~150 keys): a few MB of text per batch
 
     def sniff(self, head: str, path: Path) -> bool:

@@ -51,6 +51,7 @@ _SEP = "\x00"
 
 class VerlRolloutDumpReader(ReaderBase):
     name = "verl_rollout_dump"
+    framework = "verl"
 
     def sniff(self, head: str, path: Path) -> bool:
         objs = first_json_objects(head)

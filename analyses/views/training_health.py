@@ -11,9 +11,17 @@ clip, reward and turn columns from their training samples (``source = 'samples'`
 (docs/views.md states them):
 
 ``drop`` rules
-    a step is *low* when its value is below ``threshold`` x the run's *earlier level*: the highest
-    median of :data:`LEVEL_WINDOW` consecutive steps before it (the level the run had reached; a
-    full window, and a positive level, are required);
+    a step is *low* when its value is below ``threshold`` x the run's *earlier level* (the highest
+    median of :data:`LEVEL_WINDOW` consecutive steps before it: the level the run had reached; a
+    full window is required), measured from the *floor*: 0, or the run's first level (its first full
+    window) when that is negative. So it is ``value < floor + threshold x (earlier level - floor)``,
+    with the earlier level above the floor. For a quantity that is never negative (lengths, entropy,
+    throughput, a 0/1 reward) the floor is 0 and this is ``value < threshold x earlier level``. A
+    signed reward (a penalty for a wrong format, rewards in [-1, 1]) that climbed from -1 to -0.2 is
+    low below -0.6, having lost half of what it gained; a fraction of a negative level (half of -0.2)
+    would call every later improvement a collapse, and a level near 0 would call noise one. A signed
+    reward that never rose above its start has gained nothing to lose: it raises no collapse (there
+    is no scale to measure a fall by: the open-agentrl run i80's reward slides from -0.68 to -1);
 ``above`` rules
     a step is *high* when its value is at least ``threshold``.
 
@@ -96,7 +104,8 @@ ALERT_RULES: tuple[AlertRule, ...] = (
     AlertRule("clip_ratio_high", "clip_ratio", "above", 0.10, 3,
               "10 %+ of the responses cut at the length cap for 3+ steps", True, "warn"),
     AlertRule("reward_collapse", "reward_mean", "drop", 0.5, 5,
-              "mean reward below half the run's earlier (positive) level for 5+ steps", False, "error"),
+              "mean reward below half the run's earlier level for 5+ steps, measured from 0, or from the run's "
+              "first level when that is negative (it lost half of what it had gained)", False, "error"),
     AlertRule("entropy_collapse", "entropy", "drop", 0.05, 5,
               "policy entropy below 5 % of the run's earlier level for 5+ steps (the policy went deterministic; "
               "a converging PPO run, e.g. verl's Qwen2.5-0.5B GSM8K baseline, bottoms out near 8 %)", False, "error"),
@@ -178,11 +187,14 @@ long AS ({_long}
     FROM long
     WINDOW w AS (PARTITION BY run_id, kind ORDER BY step ROWS BETWEEN {LEVEL_WINDOW - 1} PRECEDING AND CURRENT ROW)
 ), ref AS (
-    SELECT *, max(level) OVER (PARTITION BY run_id, kind ORDER BY step
-                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier_level
+    SELECT *, max(level) OVER w AS earlier_level,
+           -- the floor a drop is measured from: 0, or the run's first level when that is negative
+           least(0, coalesce(arg_min(level, CASE WHEN level IS NOT NULL THEN step END) OVER w, 0)) AS floor
     FROM lvl
+    WINDOW w AS (PARTITION BY run_id, kind ORDER BY step ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ), hit AS (
-    SELECT *, coalesce(CASE test WHEN 'drop' THEN earlier_level > 0 AND value < threshold * earlier_level
+    SELECT *, coalesce(CASE test WHEN 'drop' THEN earlier_level > floor
+                                              AND value < floor + threshold * (earlier_level - floor)
                                  ELSE value >= threshold END, false) AS hit
     FROM ref
 ), isl AS (
@@ -195,19 +207,22 @@ long AS ({_long}
     SELECT run_id, kind, metric, test, threshold, regime_change, severity,
            min(step) AS first_step, max(step) AS last_step, count(*) AS n_steps,
            arg_min(value, step) AS first_value, arg_min(earlier_level, step) AS earlier_level,
-           min(value) AS min_value, max(value) AS max_value
+           arg_min(floor, step) AS floor, min(value) AS min_value, max(value) AS max_value
     FROM isl WHERE hit GROUP BY run_id, kind, metric, test, threshold, regime_change, severity, sustain, island
     HAVING count(*) >= sustain
 )
 SELECT run_id, kind, metric, min(first_step) AS first_step, max(last_step) AS last_step,
        CAST(sum(n_steps) AS BIGINT) AS n_steps, count(*) AS stretches,
        arg_min(first_value, first_step) AS first_value, arg_min(earlier_level, first_step) AS earlier_level,
-       threshold, regime_change, severity,
+       arg_min(floor, first_step) AS floor, threshold, regime_change, severity,
        CASE test
-         WHEN 'drop' THEN printf('%s fell to %.4g at step %d, below %g x its earlier level %.4g; low for %d step(s) '
+         WHEN 'drop' THEN printf('%s fell to %.4g at step %d, below %g x its earlier level %.4g%s; low for %d step(s) '
                                  || 'in %d stretch(es) up to step %d',
                                  metric, arg_min(first_value, first_step), min(first_step), threshold,
-                                 arg_min(earlier_level, first_step), CAST(sum(n_steps) AS BIGINT), count(*), max(last_step))
+                                 arg_min(earlier_level, first_step),
+                                 CASE WHEN arg_min(floor, first_step) < 0
+                                      THEN printf(' above its floor %.4g', arg_min(floor, first_step)) ELSE '' END,
+                                 CAST(sum(n_steps) AS BIGINT), count(*), max(last_step))
          ELSE printf('%s >= %g for %d step(s) in %d stretch(es), steps %d-%d (max %.4g)',
                      metric, threshold, CAST(sum(n_steps) AS BIGINT), count(*), min(first_step),
                      max(last_step), max(max_value))
@@ -216,7 +231,8 @@ FROM stretch GROUP BY run_id, kind, metric, test, threshold, regime_change, seve
 """,
     "Per run x alert kind raised (" + ", ".join(r.kind for r in ALERT_RULES) + "): metric (the training_health "
     "column), first_step (first step of the first sustained stretch), last_step (last step of the last), n_steps "
-    "(steps in sustained stretches), stretches, first_value, earlier_level (drop rules: the level it fell from), "
+    "(steps in sustained stretches), stretches, first_value, earlier_level (drop rules: the level it fell from), floor "
+    "(drop rules: what the drop is measured from: 0, or the run's first level when negative), "
     "threshold, regime_change (the step workload changes: step_variance fences the steps before and after apart), "
     "severity ('error' for collapses, 'warn' for cap pressure and slowdowns: the Dagster alert checks' severity), "
     "detail (one sentence). Rules and thresholds: analyses.views.training_health.ALERT_RULES "

@@ -266,3 +266,37 @@ def test_csv_header_of_more_fields_than_nvidia_smi_has_rejects_its_rows(tmp_path
                        "not an nvidia-smi table"]
     s = pl.concat([c.tables["gpu_samples"] for c in chunks if c.tables.get("gpu_samples") is not None])
     assert s["value"].to_list() == [7.0]
+
+
+def test_header_whose_gpu_column_cycles_while_index_is_constant():
+    """A real 8-GPU capture's header `timestamp,gpu,index,...` whose `index` is 0 in every row while
+    `gpu` cycles 0..7 within each timestamp: `index` made one GPU of eight (21 of 24 lines rejected as
+    repeated times) and `gpu` a metric. The column that tells a pass's lines apart is the GPU."""
+    _, t, s, r = run(FIX / "header_gpu_column_cycles_index_constant.csv")
+    # 1 header + 3 passes x 8 GPUs; 4 metric columns (memory.used/total, utilization, temperature)
+    assert t == {"lines": 25, "rows_ok": 24, "rows_rejected": 0, "rows_skipped": 1}
+    assert r.height == 0 and s.height == 24 * 4
+    assert sorted(s["gpu"].unique(), key=int) == [str(g) for g in range(8)]
+    assert set(s["metric"]) == {"mem_used_mib", "mem_total_mib", "gpu_util_pct", "temp_gpu_c"}  # no metric `gpu`
+    assert value(s, "7", "mem_used_mib", "2025-06-01 10:00:10") == 8002.0
+    assert value(s, "3", "gpu_util_pct", "2025-06-01 10:00:05") == 31.0
+
+
+def test_a_column_that_is_no_query_field_is_never_a_metric(tmp_path):
+    p = tmp_path / "smi.csv"
+    p.write_text("timestamp, index, utilization.gpu [%], step, clocks_event_reasons.active\n"
+                 "2026/01/05 10:00:01.000, 0, 5 %, 17, 0x0000000000000001\n"
+                 "2026/01/05 10:00:02.000, 0, 6 %, 18, 4\n")
+    _, t, s, r = run(p)
+    assert t["rows_ok"] == 2 and r.height == 0
+    # `step` (a logging script's) is dropped; a query field without a canonical name stays verbatim when numeric
+    assert sorted(set(s["metric"])) == ["clocks_event_reasons.active", "gpu_util_pct"]
+    assert s.filter(pl.col("metric") == "clocks_event_reasons.active")["value"].to_list() == [4.0]
+
+
+def test_an_index_that_tells_the_gpus_apart_still_wins_over_a_gpu_column(tmp_path):
+    p = tmp_path / "smi.csv"
+    p.write_text("timestamp, gpu, index, utilization.gpu [%]\n"
+                 "2026/01/05 10:00:01.000, 5, 0, 1 %\n2026/01/05 10:00:01.000, 5, 1, 2 %\n")
+    _, t, s, r = run(p)
+    assert sorted(s["gpu"].to_list()) == ["0", "1"] and r.height == 0

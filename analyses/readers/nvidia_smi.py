@@ -9,10 +9,22 @@ Rules (CSV):
   is skipped and applies to the lines after it. Blank lines are skipped.
 * Units may sit in the header (``[MiB]``), in the cells (``17092 MiB``), or nowhere
   (``nounits``: the header unit, else the metric's canonical unit, applies).
-* ``gpu`` is the ``index`` column, else ``uuid``, else ``pci.bus_id``. Without any of them, the
-  lines of one query pass share a timestamp and come in index order, so the k-th line of a run
-  of equal timestamps is GPU k when the file's passes typically hold >= 2 lines; a log whose
-  passes hold one line is one GPU ``"0"`` (see :class:`_Passes`).
+* ``gpu`` is the first of the id columns ``index``, ``uuid``, ``pci.bus_id``, ``gpu``, ``gpu_id``,
+  ``gpu_index`` that tells apart the lines of a query pass (the lines that share a timestamp: one
+  per GPU), i.e. takes several values within at least half of the passes of several lines. A header
+  can be wrong about its columns: a real 8-GPU capture headed ``timestamp,gpu,index,memory.used,...``
+  holds 0 in every row of ``index`` while the column headed ``gpu`` cycles 0..7 within each
+  timestamp; taking ``index`` made the 8 GPUs one and rejected 7 of 8 lines as repeated times. So a
+  column that is constant within the passes is not the id; the one that tells their lines apart is
+  (decided on the first passes of several lines, kept for the rest of the header's lines; a pass
+  that repeats one GPU's line is a duplicate, rejected). With no such column, the lines of one query
+  pass come in index order, so the k-th line of a run of equal timestamps is GPU k when the
+  file's passes typically hold >= 2 lines; a log whose passes hold one line is one GPU ``"0"``
+  (see :class:`_Passes`).
+* Only nvidia-smi's query fields become metrics (``nvidia-smi --help-query-gpu``: the canonical
+  ones of :mod:`analyses.telemetry_units`, others such as ``clocks_event_reasons.*`` verbatim when
+  numeric). A column that is no query field (``gpu``, ``host``, ``step``: something a logging
+  script added) is never stored as a GPU metric.
 * ``host`` is the file's path in the run without its suffix (``gpu_usage``): nvidia-smi does not
   print a host name, and the path keeps the samples of two nodes' files apart.
 * A line is rejected (with its reason) when its field count differs from the header, its
@@ -70,6 +82,21 @@ _SMI_PREFIXES = (
     "clocks_event_reasons.",
 )
 ID_FIELDS = ("index", "uuid", "pci.bus_id")
+# columns that may number the GPUs, in order of trust: nvidia-smi's own ids, then the names a logging
+# script gives its own GPU counter (see the module rules)
+ID_CANDIDATES = (*ID_FIELDS, "gpu", "gpu_id", "gpu_index")
+# nvidia-smi --help-query-gpu: field names, and the prefixes of its dotted field groups
+QUERY_FIELDS = frozenset({
+    "timestamp", "driver_version", "count", "name", "serial", "uuid", "index", "display_mode", "display_active",
+    "persistence_mode", "addressing_mode", "vbios_version", "pstate", "compute_mode", "compute_cap",
+    "gpu_name", "gpu_bus_id", "gpu_serial", "gpu_uuid",
+})
+QUERY_PREFIXES = (
+    "pci.", "pcie.", "accounting.", "driver_model.", "inforom.", "gom.", "fan.", "clocks_throttle_reasons.",
+    "clocks_event_reasons.", "memory.", "utilization.", "encoder.", "ecc.", "retired_pages.", "remapped_rows.",
+    "temperature.", "power.", "enforced.", "clocks.", "clocks_max.", "clocks_applications.", "clocks_default_applications.",
+    "mig.", "fabric.", "protected_memory.", "reset_status.", "module.", "platform.", "gsp.", "c2c.",
+)
 NON_METRIC = {
     "timestamp",
     "index",
@@ -126,9 +153,10 @@ class NvidiaSmiCsvReader(ReaderBase):
         host = file_host(ctx.rel_path)
         clock = SeriesClock(["gpu"])
         passes = _Passes()
+        gpu_ids = _GpuIds()
         header: list[tuple[str, str]] | None = None
         for batch in line_frames(ctx.path):
-            chunk, header = _csv_chunk(batch, header, host, tz, clock, passes)
+            chunk, header = _csv_chunk(batch, header, host, tz, clock, passes, gpu_ids)
             yield chunk
 
 
@@ -145,6 +173,7 @@ def _csv_chunk(
     tz: str | None,
     clock: SeriesClock,
     passes: _Passes,
+    gpu_ids: _GpuIds,
 ) -> tuple[Chunk, list[tuple[str, str]] | None]:
     b = batch.with_columns(pl.col("line").str.strip_prefix("\ufeff"))
     blank = pl.col("line").str.strip_chars() == ""
@@ -165,7 +194,7 @@ def _csv_chunk(
             rejects.append(rows.with_columns(reason=pl.lit(
                 f"its nvidia-smi header has {len(hdr)} fields, over {SMI_MAX_FIELDS}: not an nvidia-smi table")))
             continue
-        ok, bad = _csv_segment(rows, hdr, host, tz, clock, passes)
+        ok, bad = _csv_segment(rows, hdr, host, tz, clock, passes, gpu_ids)
         samples.append(ok)
         rejects.append(bad)
     skipped = int(b["_blank"].sum() + b["_hdr"].sum())
@@ -190,6 +219,7 @@ def _csv_segment(
     tz: str | None,
     clock: SeriesClock,
     passes: _Passes,
+    gpu_ids: _GpuIds,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     names = [n for n, _ in hdr]
     d = rows.with_columns(_p=pl.col("line").str.split(","))
@@ -211,11 +241,11 @@ def _csv_segment(
         )
     else:
         cols["ts"] = pl.lit(None, dtype=pl.Datetime("us", "UTC"))
-    gpu_col = next((f for f in ID_FIELDS if f in names), None)
-    cols["gpu"] = cell(names.index(gpu_col)) if gpu_col else pl.lit("0")
+    ids = [f for f in ID_CANDIDATES if f in names]
+    cols.update({f"_id{k}": cell(names.index(f)) for k, f in enumerate(ids)})
     metric_names: dict[str, str] = {}
     for i, (name, hunit) in enumerate(hdr):
-        if name in NON_METRIC:
+        if name in NON_METRIC or not is_query_field(name):
             continue
         c = cell(i)
         g = c.str.extract_groups(_NUM_UNIT)
@@ -235,15 +265,49 @@ def _csv_segment(
             )
             metric = m.canonical if m.canonical not in metric_names.values() else name
         else:
-            # unknown field: kept verbatim when numeric (plain or with a known unit), else ignored
+            # a query field without a canonical name: kept verbatim when numeric (plain or a known unit)
             known_unit = unit.is_in(list(UNITS)) | (unit == "")
             cols[key] = pl.when(~na & known_unit).then(num)
             metric = name
         metric_names[key] = metric
     d = d.with_columns(_reason=pl.coalesce(reasons), **cols)
-    if gpu_col is None:
+    which = gpu_ids.choose(tuple(names), ids, d)
+    if which is None:
         d = d.with_columns(gpu=passes.number(d["ts"]))
+    else:
+        d = d.with_columns(gpu=pl.col(f"_id{ids.index(which)}"))
     return _segment_rows(d, metric_names, clock, host, SOURCE_CSV)
+
+
+def is_query_field(name: str) -> bool:
+    """Whether ``name`` is one of nvidia-smi's ``--query-gpu`` fields (see the module rules)."""
+    return name in SMI_FIELDS or name in QUERY_FIELDS or name.startswith(QUERY_PREFIXES)
+
+
+class _GpuIds:
+    """Which column numbers the GPUs, per header (see the module rules): the first id column that
+    takes several values within at least half of the query passes of several lines; None (number
+    by position in the pass) when none does. Decided on the first batch that holds such passes;
+    until then the first id column present."""
+
+    def __init__(self) -> None:
+        self._chosen: dict[tuple[str, ...], str | None] = {}
+
+    def choose(self, header: tuple[str, ...], ids: list[str], d: pl.DataFrame) -> str | None:
+        if header in self._chosen:
+            return self._chosen[header]
+        if not ids:
+            return None
+        good = d.filter(pl.col("_reason").is_null() & pl.col("ts").is_not_null())
+        passes = good.group_by("ts").agg(
+            pl.len().alias("_n"), *[pl.col(f"_id{k}").n_unique().alias(f"_u{k}") for k in range(len(ids))]
+        ).filter(pl.col("_n") >= 2)
+        if passes.height == 0:
+            return ids[0]  # no pass of several lines yet: nothing tells the columns apart
+        # telling: more than one value in at least half of the passes (a duplicated line is not a pass)
+        telling = [f for k, f in enumerate(ids) if passes.select((pl.col(f"_u{k}") > 1).mean()).item() >= 0.5]
+        self._chosen[header] = telling[0] if telling else None
+        return self._chosen[header]
 
 
 def _segment_rows(

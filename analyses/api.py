@@ -218,24 +218,30 @@ class PolyTrace:
         return plan_runs(path, run_id)
 
     def ingest_planned(self, plan: PlannedRun, progress: ProgressFn | None = None, refresh: bool = True,
-                       lock_wait_s: float = DEFAULT_LOCK_WAIT_S) -> RunReport:
-        """Ingest one run of :meth:`plan_runs` (a whole directory or file, or its files of that run)."""
+                       lock_wait_s: float = DEFAULT_LOCK_WAIT_S, replace: bool = False) -> RunReport:
+        """Ingest one run of :meth:`plan_runs` (a whole directory or file, or its files of that run);
+        ``replace``: publish it even over a run of that id from another source
+        (:class:`analyses.ingest.RunSourceConflict`)."""
         if self.store is not None:
-            return self._ingest_to_store(plan, progress, lock_wait_s)
+            return self._ingest_to_store(plan, progress, lock_wait_s, replace)
         report = ingest_run(plan.path, self.root, run_id=plan.run_id, progress=progress, lock_wait_s=lock_wait_s,
-                            only=plan.only, report_skipped=plan.report_skipped, skip_under=plan.skip_under)
+                            only=plan.only, report_skipped=plan.report_skipped, skip_under=plan.skip_under,
+                            source=plan.source, replace=replace)
         if refresh:
             self.refresh_catalog()
         return report
 
-    def _ingest_to_store(self, plan: PlannedRun, progress: ProgressFn | None, lock_wait_s: float) -> RunReport:
+    def _ingest_to_store(self, plan: PlannedRun, progress: ProgressFn | None, lock_wait_s: float,
+                         replace: bool = False) -> RunReport:
         """Under the run's lease: build and check the run in a private local warehouse, exactly as
         on disk, then upload it with its manifest last (:meth:`ObjectWarehouse.publish`)."""
         assert self.store is not None
         rid = plan.run_id
         with self.store.lease(rid, lock_wait_s) as lease, tempfile.TemporaryDirectory(prefix="polytrace-stage-") as tmp:
+            published = self.store.published(rid)
             report = ingest_run(plan.path, Path(tmp), run_id=rid, progress=progress, lock_wait_s=lock_wait_s,
-                                only=plan.only, report_skipped=plan.report_skipped, skip_under=plan.skip_under)
+                                only=plan.only, report_skipped=plan.report_skipped, skip_under=plan.skip_under,
+                                source=plan.source, replace=replace, previous=published.info if published else {})
             self.store.publish(Path(tmp), rid, lease=lease)
         self._synced = False
         return report

@@ -36,24 +36,27 @@ class RunTask:
     only: tuple[str, ...] | None = None  # a run that is part of a directory: its files (analyses.run_split)
     report_skipped: bool = True
     skip_under: tuple[str, ...] = ()
+    leftover: bool = False
+    replace: bool = False  # publish even over a run of this id from another source
 
     @classmethod
-    def of(cls, plan: PlannedRun, warehouse: str, lock_wait_s: float) -> RunTask:
+    def of(cls, plan: PlannedRun, warehouse: str, lock_wait_s: float, replace: bool = False) -> RunTask:
         """A planned run as plain strings (what crosses a process or Ray boundary)."""
         return cls(str(plan.path), plan.run_id, warehouse, lock_wait_s,
                    None if plan.only is None else tuple(sorted(str(p) for p in plan.only)),
-                   plan.report_skipped, tuple(str(p) for p in plan.skip_under))
+                   plan.report_skipped, tuple(str(p) for p in plan.skip_under), plan.leftover, replace)
 
     def plan(self) -> PlannedRun:
         return PlannedRun(self.run_id, Path(self.path), None if self.only is None else frozenset(Path(p) for p in self.only),
-                          self.report_skipped, tuple(Path(p) for p in self.skip_under))
+                          self.report_skipped, tuple(Path(p) for p in self.skip_under), leftover=self.leftover)
 
 
 @dataclass
 class RunOutcome:
     """What a task came back with: its report, or why nothing was published (``kind`` says which:
-    ``"locked"`` another writer held the run, ``"refused"`` a blocking check failed, ``"unwritable"`` the
-    warehouse could not be written (a full disk), ``"error"``)."""
+    ``"locked"`` another writer held the run, ``"source_conflict"`` the warehouse holds the run id
+    from another source, ``"refused"`` a blocking check failed, ``"unwritable"`` the warehouse could not
+    be written (a full disk), ``"error"``)."""
 
     run_id: str
     report: RunReport | None = None
@@ -70,12 +73,16 @@ def ingest_task(task: RunTask) -> RunOutcome:
     task's failure never takes down the others and never needs pickling an exception class."""
     from analyses.api import PolyTrace  # imported in the worker: the module is the unit shipped
     from analyses.atomic_output import WriteFailed
+    from analyses.ingest import RunSourceConflict
     from analyses.warehouse import CommitRefused, RunLocked
 
     try:
-        rep = PolyTrace(task.warehouse).ingest_planned(task.plan(), refresh=False, lock_wait_s=task.lock_wait_s)
+        rep = PolyTrace(task.warehouse).ingest_planned(task.plan(), refresh=False, lock_wait_s=task.lock_wait_s,
+                                                       replace=task.replace)
     except RunLocked as exc:
         return RunOutcome(task.run_id, kind="locked", message=str(exc))
+    except RunSourceConflict as exc:
+        return RunOutcome(task.run_id, kind="source_conflict", message=str(exc))
     except CommitRefused as exc:
         return RunOutcome(task.run_id, kind="refused", message=str(exc))
     except WriteFailed as exc:

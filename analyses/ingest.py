@@ -40,7 +40,14 @@ from analyses.run_facts import (
 from analyses.schema import RUN_CONFIG, RUNS, SOURCE_FILES, STEP_METRICS
 from analyses.steps import StepsAccumulator, derive_steps
 from analyses.table_checks import blocking_problems
-from analyses.warehouse import DEFAULT_LOCK_WAIT_S, RunStaging, clean_stale, kill_point, run_lock
+from analyses.warehouse import (
+    DEFAULT_LOCK_WAIT_S,
+    RunStaging,
+    clean_stale,
+    kill_point,
+    read_published,
+    run_lock,
+)
 
 BINARY_SNIFF = 8192
 
@@ -220,6 +227,9 @@ def ingest_run(
     only: frozenset[Path] | None = None,
     report_skipped: bool = True,
     skip_under: tuple[Path, ...] = (),
+    source: str | None = None,
+    replace: bool = False,
+    previous: dict | None = None,
 ) -> RunReport:
     """Ingest ``run_path`` (a directory or one file) as one run into the warehouse at ``root``.
 
@@ -234,6 +244,12 @@ def ingest_run(
     ``only``, ``report_skipped`` and ``skip_under`` ingest part of a directory that holds several
     runs (:func:`analyses.run_split.plan_runs`): only those files, and the files discovery skipped
     (symlinks out, ...) reported by one of the runs, not below another run's directory.
+
+    ``source`` says what the run is read from (default: ``run_path``; a part of a directory says which,
+    :attr:`analyses.run_split.PlannedRun.source`); it is recorded in the run's manifest. When the
+    warehouse already holds the run id from another source with other content, the ingest raises
+    :class:`RunSourceConflict` before publishing, unless ``replace``. ``previous``: the published
+    run's manifest ``info`` when the warehouse is elsewhere (an object store); else it is read here.
     """
     t0 = time.perf_counter()
     run_path = run_path.resolve()
@@ -263,14 +279,45 @@ def ingest_run(
             # WriteFailed, never a bad input; nothing is published and the staging goes
             with writing(root):
                 _finish_run(staging, steps_acc, report, manifest, run_path)
-                staging.commit(check=blocking_problems, holding_lock=True, after_publish=lambda: _refresh(root, report),
-                               info={"source": str(run_path), "fingerprint": content_fingerprint(report.files)})
+                info = {"source": source or str(run_path), "fingerprint": content_fingerprint(report.files)}
+                if not replace:
+                    check_same_source(rid, info, _published_info(root, rid) if previous is None else previous,
+                                      run_path)
+                staging.commit(check=blocking_problems, holding_lock=True,
+                               after_publish=lambda: _refresh(root, report), info=info)
         except BaseException:
             staging.abort()
             raise
     report.seconds = time.perf_counter() - t0
     emit("run_done", {"run_id": rid, "seconds": report.seconds})
     return report
+
+
+class RunSourceConflict(Exception):
+    """The warehouse holds the run id from another source, with other content: publishing would
+    silently replace that run (``polytrace ingest`` exits 2 with this one line; ``--replace``)."""
+
+
+def check_same_source(run_id: str, new: dict, old: dict | None, run_path: Path) -> None:
+    """Refuse (:class:`RunSourceConflict`) to publish run ``run_id`` read from ``new["source"]`` over
+    the published one read from ``old["source"]``, unless it is the same run: the same source, the
+    same content wherever it lives now (a moved directory: equal fingerprints), or a run an older
+    version recorded by its whole directory (``run_path``) before that directory was split."""
+    if not old or not old.get("source"):
+        return
+    if old["source"] in (new["source"], str(run_path)) or old.get("fingerprint") == new["fingerprint"]:
+        return
+    raise RunSourceConflict(
+        f"run {run_id!r} in the warehouse came from {old['source']}; {new['source']} holds other logs and would "
+        "replace it: give one of them another run id (--run-id, or run_id in run.toml), or pass --replace")
+
+
+def _published_info(root: Path, run_id: str) -> dict | None:
+    try:
+        pub = read_published(root, run_id)
+    except (OSError, ValueError):  # an unreadable manifest is the commit's business, not ours
+        return None
+    return pub.info if pub is not None else None
 
 
 def content_fingerprint(files: list[FileReport]) -> str:

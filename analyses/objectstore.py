@@ -271,6 +271,14 @@ class ObjectWarehouse:
             raise StoreError(f"warehouse {self.url}: the bucket does not exist")
         self._list(MANIFESTS)
 
+    def published(self, run_id: str) -> PublishedRun | None:
+        """Run ``run_id``'s manifest (one GET), None when it is not published or cannot be read."""
+        data = self._get(f"{MANIFESTS}/{run_id}.json")
+        try:
+            return PublishedRun.from_json(data.decode()) if data else None
+        except (ValueError, KeyError):
+            return None
+
     def manifests(self) -> dict[str, PublishedRun]:
         """Every published run by id (an unreadable manifest is left out, as on disk)."""
         out = {}

@@ -16,8 +16,13 @@ beside several logs, parameter files) become one more run named after the direct
 file is still read and accounted for, and the ingest says so. ``run.toml`` in the directory
 forces the choice with ``split = "none"`` (one run, as before), ``"each"`` (every unit a run, even
 a single one) or ``"auto"``; a directory with a ``run.toml`` that does not say ``split`` is one run
-(its run.toml describes one run). Run ids come from the units' names (a log's stem, a folder's
-name), made to follow the run-id rule; a clash gets ``-2``, ``-3``, ...
+(its run.toml describes one run). Run ids come from the units' names, made to follow the run-id
+rule: a group of console logs is ``<directory>.<first log's stem>`` (``exp1.train``: log files are
+named ``train.log`` in many directories, so the stem alone made another directory's ``train``
+replace this one's), a wandb folder and a PolyTrace v2 log directory keep their own names (a
+wandb run id, a time stamp); a clash within the directory gets ``-2``, ``-3``, ... Whatever the
+ids, an ingest never publishes over a run that came from another source without being told to
+(:class:`analyses.ingest.RunSourceConflict`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,17 @@ class PlannedRun:
     reason: str = ""
     leftover: bool = False  # the files of a split directory that belong to no single log
 
+    @property
+    def source(self) -> str:
+        """What the run is read from, as the warehouse records it (``source`` in its manifest): the
+        path, and for a run that is part of a directory, which part (its first log, or its files of
+        no single log). Two different sources never publish one run id over each other unasked."""
+        if self.only is None:
+            return str(self.path)
+        if self.leftover:
+            return f"{self.path} (files of no single log)"
+        return str(min(self.only))
+
 
 def plan_runs(path: Path, run_id: str | None = None) -> list[PlannedRun]:
     """The runs ``path`` holds (see the module text); one run when it is a file, when ``run_id``
@@ -75,7 +91,7 @@ def plan_runs(path: Path, run_id: str | None = None) -> list[PlannedRun]:
     planned = [PlannedRun(_unique(_dir_id(d), taken), d, reason=_dir_reason(d)) for d in dirs]
     for i, g in enumerate(groups):
         why = "verl console log" + (f"s ({len(g)}, resumed)" if len(g) > 1 else "")
-        planned.append(PlannedRun(_unique(run_id_from_name(g[0].stem), taken), path, frozenset(g),
+        planned.append(PlannedRun(_unique(split_run_id(path.name, g[0].stem), taken), path, frozenset(g),
                                   report_skipped=not rest and i == 0, skip_under=tuple(dirs), reason=why))
     if rest:
         planned.append(PlannedRun(_unique(resolve_run_id(path, manifest, None), taken), path, rest, skip_under=tuple(dirs),
@@ -133,6 +149,20 @@ def first_step(path: Path) -> int | None:
     except (OSError, EOFError):
         return None
     return None
+
+
+def split_run_id(directory: str, unit: str) -> str:
+    """The run id of one log of a split directory: ``<directory>.<unit>``, made to follow the run-id
+    rule (the directory part shortened first when the two are too long)."""
+    from analyses.manifest import RUN_ID_MAX, RunIdError
+
+    unit_id = run_id_from_name(unit)
+    try:
+        dir_id = run_id_from_name(directory[:RUN_ID_MAX])
+    except RunIdError:  # nothing usable in the directory's name: the log's alone
+        return unit_id
+    room = RUN_ID_MAX - len(unit_id) - 1
+    return run_id_from_name(f"{dir_id[:room]}.{unit_id}") if room > 0 else unit_id[:RUN_ID_MAX]
 
 
 def _dir_id(d: Path) -> str:

@@ -33,8 +33,8 @@ def test_console_logs_that_start_over_are_runs_and_a_resumed_log_joins_its_run(t
     (d / "c_gemma_resumed.log").write_text(_log(120))  # starts at 120: the run before it, resumed
     (d / "gpu.csv").write_text("timestamp, index, utilization.gpu [%]\n2025/01/01 00:00:00.000, 0, 50 %\n")
     assert _plan(d) == [
-        ("a_qwen", ["a_qwen.log"], "verl console log"),
-        ("b_gemma", ["b_gemma.log", "c_gemma_resumed.log"], "verl console logs (2, resumed)"),
+        ("logs.a_qwen", ["a_qwen.log"], "verl console log"),
+        ("logs.b_gemma", ["b_gemma.log", "c_gemma_resumed.log"], "verl console logs (2, resumed)"),
         ("logs", ["gpu.csv"], "1 file(s) of no single log"),  # telemetry of no single log: its own run
     ]
 
@@ -71,16 +71,16 @@ def test_run_toml_forces_either(tmp_path: Path) -> None:
     d.mkdir()
     (d / "a.log").write_text(_log(0))
     (d / "b.log").write_text(_log(0))
-    assert [r.run_id for r in plan_runs(d)] == ["a", "b"]
+    assert [r.run_id for r in plan_runs(d)] == ["logs.a", "logs.b"]
     (d / "run.toml").write_text('task = "math"\n')  # a run.toml describes one run
     assert [r.run_id for r in plan_runs(d)] == ["logs"]
     (d / "run.toml").write_text('split = "auto"\n')
-    assert [r.run_id for r in plan_runs(d)] == ["a", "b"]
+    assert [r.run_id for r in plan_runs(d)] == ["logs.a", "logs.b"]
     (d / "run.toml").write_text('split = "none"\n')
     assert [r.run_id for r in plan_runs(d)] == ["logs"]
     (d / "b.log").unlink()
     (d / "run.toml").write_text('split = "each"\nrun_id = "mine"\n')  # one unit, split anyway
-    assert [r.run_id for r in plan_runs(d)] == ["a"]
+    assert [r.run_id for r in plan_runs(d)] == ["logs.a"]
     assert [r.run_id for r in plan_runs(d, run_id="forced")] == ["forced"]
     (d / "run.toml").write_text('split = "yes"\n')
     with pytest.raises(ManifestError, match="split: expected one of auto, none, each"):
@@ -90,10 +90,10 @@ def test_run_toml_forces_either(tmp_path: Path) -> None:
 def test_ids_that_clash_get_a_suffix(tmp_path: Path) -> None:
     d = tmp_path / "x"
     d.mkdir()
-    (d / "x.log").write_text(_log(0))
-    (d / "x.log.gz").write_bytes(__import__("gzip").compress(_log(0).encode()))
+    (d / "a b.log").write_text(_log(0))  # both names make the id a_b
+    (d / "a_b.log").write_text(_log(0))
     (d / "notes.txt").write_text("hello\n")
-    assert [r.run_id for r in plan_runs(d)] == ["x", "x.log", "x-2"]
+    assert [r.run_id for r in plan_runs(d)] == ["x.a_b", "x.a_b-2", "x"]
 
 
 def test_first_step_of_plain_and_gzip_logs(tmp_path: Path) -> None:
@@ -111,11 +111,12 @@ def test_real_verl_directory_is_three_runs(real_file, tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     pt = PolyTrace(wh)
     reports = [pt.ingest_planned(r, refresh=False) for r in pt.plan_runs(d)]
-    assert [r.run_id for r in reports] == ["GUI-Cursor-Moving_verl_demo", "Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567",
-                                           "gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640"]
+    assert [r.run_id for r in reports] == ["verl.GUI-Cursor-Moving_verl_demo",
+                                           "verl.Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567",
+                                           "verl.gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640"]
     steps = scan_table(wh, "steps").group_by("run_id").len().sort("run_id").collect().rows()
-    assert steps == [("GUI-Cursor-Moving_verl_demo", 2), ("Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567", 435),
-                     ("gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640", 106)]
+    assert steps == [("verl.GUI-Cursor-Moving_verl_demo", 2), ("verl.Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567", 435),
+                     ("verl.gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640", 106)]
     # nothing superseded any more: the Qwen rows are Qwen's
     assert scan_table(wh, "source_files").select(pl.col("rows_superseded").sum()).collect().item() == 0
 
@@ -139,3 +140,54 @@ def test_real_polytrace_tree_every_file_in_exactly_one_run(real_file, tmp_path: 
     # --run-id forces one run
     assert main(["ingest", str(d / "verl"), "--warehouse", str(tmp_path / "one"), "--run-id", "dapo", "-q"]) == 0
     assert scan_table(tmp_path / "one", "runs").collect()["run_id"].to_list() == ["dapo"]
+
+
+def _two_logs(d: Path, second: str) -> Path:
+    d.mkdir(parents=True)
+    (d / "train.log").write_text(_log(0))
+    (d / "eval.log").write_text(second)
+    return d
+
+
+def test_split_runs_of_two_directories_do_not_collide(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two directories each holding train.log and eval.log: the second's `train` silently replaced the
+    first's (exit 0). Ids now carry the directory; and a run id the warehouse holds from another
+    source is never published over unasked."""
+    wh = tmp_path / "wh"
+    a = _two_logs(tmp_path / "a" / "exp1", _log(0, 2))
+    b = _two_logs(tmp_path / "b" / "exp2", _log(0, 5))
+    assert main(["ingest", str(a), "--warehouse", str(wh), "-q"]) == 0
+    assert main(["ingest", str(b), "--warehouse", str(wh), "-q"]) == 0
+    got = dict(scan_table(wh, "steps").group_by("run_id").len().collect().rows())
+    assert got == {"exp1.train": 3, "exp1.eval": 2, "exp2.train": 3, "exp2.eval": 5}
+    # two directories of one name: the same ids, so the second is refused with one line, exit 2
+    c = _two_logs(tmp_path / "c" / "exp1", _log(0, 4))
+    capsys.readouterr()
+    assert main(["ingest", str(c), "--warehouse", str(wh), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"run 'exp1.eval' in the warehouse came from {a / 'eval.log'}; {c / 'eval.log'}" in err[0]
+    assert "--replace" in err[0]
+    assert scan_table(wh, "steps", ["exp1.eval"]).collect().height == 2  # untouched
+    assert main(["ingest", str(c), "--warehouse", str(wh), "-q", "--replace"]) == 0
+    assert scan_table(wh, "steps", ["exp1.eval"]).collect().height == 4
+    # the same source again (a log that grew) and the same content elsewhere (a moved directory) are the same run
+    (c / "eval.log").write_text(_log(0, 6))
+    assert main(["ingest", str(c), "--warehouse", str(wh), "-q"]) == 0
+    moved = tmp_path / "moved" / "exp1"
+    moved.parent.mkdir()
+    c.rename(moved)
+    assert main(["ingest", str(moved), "--warehouse", str(wh), "-q"]) == 0
+    # a single-path ingest over a split run's id from elsewhere is refused too
+    other = tmp_path / "other.log"
+    other.write_text(_log(0, 1))
+    assert main(["ingest", str(other), "--run-id", "exp2.train", "--warehouse", str(wh), "-q"]) == 2
+
+
+def test_split_run_id_is_the_directory_and_the_log() -> None:
+    from analyses.manifest import RUN_ID_MAX
+    from analyses.run_split import split_run_id
+
+    assert split_run_id("exp 1", "train") == "exp_1.train"
+    assert split_run_id("...", "train") == "train"  # nothing usable in the directory's name
+    long = split_run_id("d" * 200, "t" * 20)
+    assert len(long) == RUN_ID_MAX and long.endswith("." + "t" * 20)

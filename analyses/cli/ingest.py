@@ -12,7 +12,7 @@ from analyses.atomic_output import WriteFailed
 from analyses.cli.common import EXIT_FAIL, EXIT_OK, Command, UsageError, add_warehouse, warehouse
 from analyses.cli.work_progress import WorkProgress
 from analyses.fanout import RayUnavailable, RunOutcome, RunTask, ingest_local, ingest_ray
-from analyses.ingest import RunReport, iter_run_dirs
+from analyses.ingest import RunReport, RunSourceConflict, iter_run_dirs
 from analyses.manifest import ManifestError, RunIdError
 from analyses.progress import IngestProgress
 from analyses.run_split import PlannedRun, plan_runs
@@ -24,6 +24,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=Path, help="ingest every immediate subdirectory of DIR as a run")
     p.add_argument("--run-id", help="run id (only with a single PATH; default: directory name or run.toml)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress and no per-file lines")
+    p.add_argument("--replace", action="store_true",
+                   help="publish a run even over a run of the same id that came from another source (refused otherwise)")
     p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
                    help=f"how long to wait for another ingest of the same run id (default {DEFAULT_LOCK_WAIT_S:.0f}; "
                    "0: refuse at once)")
@@ -74,8 +76,9 @@ def _run(args: argparse.Namespace) -> int:
     with progress:
         for plan in plans:
             try:
-                rep = pt.ingest_planned(plan, progress=on_event, refresh=False, lock_wait_s=lock_wait_s)
-            except RunLocked as exc:
+                rep = pt.ingest_planned(plan, progress=on_event, refresh=False, lock_wait_s=lock_wait_s,
+                                        replace=args.replace)
+            except (RunLocked, RunSourceConflict) as exc:
                 raise UsageError(str(exc)) from exc
             except CommitRefused as exc:
                 refused.append(str(exc))
@@ -110,7 +113,7 @@ def _run_fanout(args: argparse.Namespace, pt: PolyTrace, plans: list[PlannedRun]
     counts runs done, and each run's summary prints as it lands."""
     show = not args.quiet
     by_id = {p.run_id: p for p in plans}
-    tasks = [RunTask.of(p, pt.location, lock_wait_s) for p in plans]
+    tasks = [RunTask.of(p, pt.location, lock_wait_s, args.replace) for p in plans]
     with WorkProgress(show and sys.stderr.isatty(), len(tasks), "ingest") as bar:
         def on_done(out: RunOutcome) -> None:
             bar.event("run_done", {"run_id": out.run_id})
@@ -134,8 +137,8 @@ def _run_fanout(args: argparse.Namespace, pt: PolyTrace, plans: list[PlannedRun]
         engine = f"ray {args.ray}" if args.ray else f"{args.workers} workers"
         print(f"warehouse: {pt.location}  ({len(outcomes) - len(failed)} of {len(plans)} run(s) on {engine}, "
               f"{rejects} rejected line(s), {time.perf_counter() - t0:.1f}s)")
-    locked = [o for o in failed if o.kind == "locked"]
-    if locked:  # as in the serial ingest: another writer holding a run is a usage error
+    locked = [o for o in failed if o.kind in ("locked", "source_conflict")]
+    if locked:  # as in the serial ingest: another writer holding a run, or another source's run, is a usage error
         raise UsageError(locked[0].message)
     no_data = [o for o in outcomes if o.report is not None and not o.report.has_data and not by_id[o.run_id].leftover]
     return EXIT_FAIL if failed or no_data else EXIT_OK

@@ -285,3 +285,41 @@ def test_unsloth_run_directory_lines_up_gpu_samples(real_file, tmp_path: Path) -
 )
 def test_fixtures_detected(name: str) -> None:
     assert detect(TDIR / name).name == "trl_console"
+
+
+COLLAPSED = FIXTURES / "wandb" / "hf_trainer_via_wandb" / "run-20250301_120000-hf0trl01" / "files" / "output.log"
+
+
+def _collapsed(tmp_path: Path, text: str | None = None, toml: str | None = None):  # noqa: ANN202
+    d = tmp_path / "run"
+    d.mkdir(parents=True)
+    (d / "output.log").write_text(text if text is not None else COLLAPSED.read_text())
+    if toml:
+        (d / "run.toml").write_text(toml)
+    ctx = FileContext("r", d / "output.log", "output.log", load_manifest(d))
+    return list(TrlConsoleReader().read(ctx))
+
+
+def test_collapsed_bar_before_every_dict_gives_steps_from_the_logging_interval(tmp_path: Path) -> None:
+    """wandb's output.log keeps the bar's last drawing (760/760) and prints it before the 25 log dicts:
+    all were put on step 760. 760 and 25 dicts give the interval 30 (the only L with 760 // L == 25), and
+    the epochs 0.04, 0.08, ... grow in proportion: steps 30..750; the summary dict stays at 760."""
+    chunks = _collapsed(tmp_path)
+    assert _acc(chunks) == {"lines": 30, "ok": 27, "rejected": 0, "skipped": 3}
+    sm = _sm(chunks)
+    assert sorted(sm.filter(pl.col("metric") == "loss")["step"].to_list()) == list(range(30, 751, 30))
+    assert sm.filter(pl.col("metric") == "response_length/mean").sort("step")["value"][-1] == 287.5
+
+
+def test_collapsed_bar_with_run_toml_interval_and_without_a_way_to_tell(tmp_path: Path) -> None:
+    chunks = _collapsed(tmp_path / "a", toml="[tags]\nlogging_steps = 25\n")  # run.toml says: it wins
+    assert sorted(_sm(chunks).filter(pl.col("metric") == "loss")["step"].to_list()) == list(range(25, 626, 25))
+    # epochs that do not grow in proportion (a logging interval that changed): no step can be told, and
+    # each dict is rejected saying why, instead of all landing on step 760
+    text = COLLAPSED.read_text().replace("'epoch': 0.08}", "'epoch': 0.5}")
+    chunks = _collapsed(tmp_path / "b", text)
+    assert _acc(chunks)["rejected"] == 25 and not any("step_metrics" in c.tables for c in chunks)
+    reasons = pl.concat([c.rejects for c in chunks if c.rejects is not None])["reason"].unique().to_list()
+    assert reasons == ["trainer log dict without a step: the training log dicts all follow one progress-bar state "
+                       "(a capture that kept only the bar's last drawing) and their epochs do not tell the logging "
+                       "interval: set logging_steps in run.toml"]

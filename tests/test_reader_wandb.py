@@ -264,3 +264,42 @@ def test_history_without_integral_step_is_rejected(needs_wandb, tmp_path: Path) 
         2: "history record without a numeric _step",
         3: "history record with a _step that is not a non-negative integer: 2.5",
     }
+
+
+HF_RUN = WDIR / "hf_trainer_via_wandb" / "run-20250301_120000-hf0trl01"
+
+
+def test_hf_trainer_run_lands_on_the_trainers_steps_under_one_name(needs_wandb, tmp_path: Path) -> None:
+    """An HF Trainer (TRL GRPO) run logged to wandb: history keyed by _step 0..25 with train/global_step
+    30..760; its output.log prints the collapsed bar 760/760 before the 25 log dicts. Before: `train/loss`
+    on steps 0..24 from the history and `loss` on step 760 from the console (24 of 25 dicts superseded, no
+    reject), steps 0..760 mixed. Now one series `loss` on 30..750, the console's copies superseded by the
+    binary history."""
+    wh = tmp_path / "wh"
+    rep = ingest_run(HF_RUN, wh)
+    by = {f.path: f for f in rep.files}
+    console, history = by["files/output.log"], by["run-hf0trl01.wandb"]
+    assert (history.lines, history.rows_ok, history.rows_out) == (26, 26, 25 * 15)
+    assert (console.rows_ok, console.rows_rejected, console.rows_out, console.rows_superseded) == (27, 0, 0, 25 * 15)
+    assert console.rows_repeated == 0  # no dict of the console lost its step to another dict
+    sm = scan_table(wh, "step_metrics").collect()
+    loss = sm.filter(pl.col("metric") == "loss").sort("step")
+    assert loss["step"].to_list() == list(range(30, 751, 30)) and loss["raw_metric"].unique().to_list() == ["train/loss"]
+    assert loss["value"][0] == pytest.approx(0.0485)
+    assert not sm.filter(pl.col("metric").str.starts_with("train/")).height  # no second name for a series
+    # transformers' names are canonical: completions/mean_length is response_length/mean, reward critic/score/mean
+    assert {"response_length/mean", "critic/score/mean", "actor/entropy"} <= set(sm["metric"])
+    # bookkeeping and the run summary are no step metrics
+    assert not {"epoch", "global_step", "train_runtime", "total_flos"} & set(sm["metric"])
+    steps = scan_table(wh, "steps").collect()
+    assert steps["step"].to_list() == list(range(30, 751, 30))
+    assert steps["response_len_mean"][0] == pytest.approx(203.5)
+    assert scan_table(wh, "rejects").collect().height == 0
+    assert scan_table(wh, "runs").collect()["framework"].item() == "trl"
+
+
+def test_history_without_global_step_keeps_wandbs_step(needs_wandb, tmp_path: Path) -> None:
+    # verl logs with step=global_step: _step is the step, names as written (canonical verl names)
+    (c,) = _read(PERSONAL)
+    sm = c.tables["step_metrics"]
+    assert sorted(sm["step"].unique().to_list()) == [0, 1, 2] and "timing_s/gen" in set(sm["metric"])

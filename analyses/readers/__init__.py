@@ -45,6 +45,7 @@ READER_SPECS: tuple[str, ...] = (
     "analyses.readers.worker_times:WorkerTimesReader",
     "analyses.readers.cluster_util:ClusterUtilLongReader",
     "analyses.readers.cluster_util:ClusterUtilWideReader",
+    "analyses.readers.kaggle_log:KaggleLogReader",
     "analyses.readers.metrics_export:MetricsJsonlReader",
     "analyses.readers.metrics_export:MetricsCsvReader",
     "analyses.readers.trl_console:TrlConsoleReader",

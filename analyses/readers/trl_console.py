@@ -30,13 +30,25 @@ Rules (documented; counted in ``source_files``):
   logged); else, when the file shows no training bar at all, its order among the training log
   dicts times ``logging_steps`` (``run.toml``, default 1). A log dict whose step cannot be told
   otherwise is rejected.
+* A **collapsed bar**: a capture that keeps only the last drawing of the bar (wandb's
+  ``files/output.log`` of an HF Trainer run prints ``760/760`` once, before all 25 log dicts) gives
+  every training log dict the same bar state, so the bar's counter is the step of none of them
+  (it was the step of all 25, and 24 were superseded). Their steps are then their order times
+  ``logging_steps``: ``run.toml``'s, else the one the file implies, the only integer ``L`` with
+  ``n = floor(p / L)`` for ``n`` dicts and the bar at ``p`` (760 and 25 give 30, the steps
+  30..750) when the dicts' epochs grow in proportion (``epoch_k = k x epoch_n / n`` to their
+  printed precision). When neither holds, those dicts are rejected, saying so. The end-of-training
+  summary and evaluation dicts are not counted; an evaluation dict takes the step of the training
+  dict before it.
 * **Metrics**: every numeric pair, under :func:`analyses.steps.canonical_metric` with
   transformers' names (``completions/mean_length`` -> ``response_length/mean``, ...).
   ``epoch`` and ``step`` are bookkeeping; ``None`` is no value; the end-of-training summary's
   ``train_runtime``, ``train_samples_per_second``, ``train_steps_per_second``, ``train_loss``,
   ``total_flos`` describe the run, not a step, and are not stored (the rest of that dict, TRL's
-  metrics of the last steps, is). ``eval_*`` metrics are validation metrics. A string value is
-  dropped with its own ``rejects`` row; the rest of the line is kept.
+  metrics of the last steps, is). ``eval_*`` metrics are validation metrics. A number printed as
+  a string (``'loss': '0.005131'``: newer transformers format the console's values) is that
+  number; any other string value is dropped with its own ``rejects`` row, the rest of the line
+  kept.
 * **Step time** (:data:`analyses.steps.STEP_TIME_SOURCES`): for every step the training bar
   shows right after the step before it, ``progress/step_time_s/tqdm_elapsed`` = the bar's
   elapsed time at the step minus at the step before (printed to the second, so only kept when at
@@ -64,6 +76,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -86,6 +99,7 @@ BATCH_LINES = 50_000
 MAX_DICT_CHARS = 1 << 20
 ELAPSED_MIN_S = 20.0  # elapsed is printed to the second: below this the rounding exceeds 5%
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
+SUMMARY_MARKER = "train_runtime"  # the key that makes a log dict the end-of-training summary
 BOOKKEEPING_KEYS = ("epoch", "step")
 
 _EPOCH = "'epoch': "
@@ -102,6 +116,7 @@ TQDM_STATE = r"([^\r\]|%\n]*?)(\d{1,3})%\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*\[([0-9:]+
 _ELAPSED = r"^(?:(\d+):)?(\d+):(\d+)$"
 _RATE = r"([0-9]*\.?[0-9]+)\s*(s/it|it/s)"
 _NUMPY_REPR = r"^(?:np|numpy)\.(?:float|int|uint)\d*\((.*)\)$"
+_QUOTED_NUMBER = r"^'\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|NaN|Infinity))\s*'$"
 _BOOLS = {"True": "1", "False": "0", "np.True_": "1", "np.False_": "0"}
 _HEADER_TIME = r"^\s*(?:[-*]\s*)?Time:\s*(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})\s*$"
 _NAME_STAMP = re.compile(r"(?<!\d)(\d{4})(\d{2})(\d{2})[-_](\d{2})(\d{2})(\d{2})(?!\d)")
@@ -165,7 +180,7 @@ class TrlConsoleReader(ReaderBase):
             pl.concat(examined) if examined else pl.DataFrame(schema=_LINE_SCHEMA),
             pl.concat(pairs) if pairs else pl.DataFrame(schema=_PAIR_SCHEMA),
             pl.concat(states) if states else pl.DataFrame(schema=_STATE_SCHEMA),
-            logging_steps=_logging_steps(ctx.manifest),
+            logging_steps=logging_steps_of(ctx.manifest),
             anchor=anchor,
         )
 
@@ -263,46 +278,104 @@ def _training_states(lines: pl.DataFrame) -> pl.DataFrame:
 
 
 def _value_expr(v: pl.Expr) -> pl.Expr:
-    """A dict value as float: numpy repr unwrapped, booleans 1/0; null for None and strings."""
-    num = v.str.strip_chars().str.replace(_NUMPY_REPR, "${1}").replace(_BOOLS)
+    """A dict value as float: numpy repr unwrapped, booleans 1/0, a number printed as a string
+    (``'0.005131'``: newer transformers format values for the console) read as that number; null
+    for None and other strings."""
+    t = v.str.strip_chars()
+    t = pl.when(t.str.contains(_QUOTED_NUMBER)).then(t.str.extract(_QUOTED_NUMBER, 1)).otherwise(t)
+    num = t.str.replace(_NUMPY_REPR, "${1}").replace(_BOOLS)
     return num.cast(pl.Float64, strict=False)
+
+
+@dataclass
+class Resolved:
+    """What the examined lines of a capture give: ``step_metrics`` rows, ``steps`` attributes,
+    rejects (``line_no, reason, raw``) and each examined line's ``status`` (``line_no, status``)."""
+
+    step_metrics: pl.DataFrame
+    attrs: pl.DataFrame
+    rejects: pl.DataFrame
+    statuses: pl.DataFrame
+
+    def chunk(self) -> Chunk:
+        rej, st = self.rejects, self.statuses
+        counts = st.group_by("status").len()
+        n = dict(zip(counts["status"].to_list(), counts["len"].to_list(), strict=True))
+        return Chunk(
+            tables={"step_metrics": self.step_metrics} if self.step_metrics.height else {},
+            step_attrs=self.attrs if self.attrs.height else None,
+            rejects=rejects_frame(rej["line_no"], rej["reason"], rej["raw"]) if rej.height else None,
+            lines=st.height,
+            rows_ok=n.get("ok", 0),
+            rows_rejected=n.get("rejected", 0),
+            rows_skipped=n.get("skipped", 0),
+        )
 
 
 def resolve(
     examined: pl.DataFrame,
     pairs: pl.DataFrame,
     states: pl.DataFrame,
-    logging_steps: int = 1,
+    logging_steps: int | None = None,
     anchor: datetime | None = None,
 ) -> Chunk:
     """The last chunk: steps of the log dicts, their metrics, the bar's step times and time
-    stamps, and the accounting of every examined line."""
+    stamps, and the accounting of every examined line (:func:`resolve_lines` as a chunk)."""
+    return resolve_lines(examined, pairs, states, logging_steps, anchor).chunk()
+
+
+def resolve_lines(
+    examined: pl.DataFrame,
+    pairs: pl.DataFrame,
+    states: pl.DataFrame,
+    logging_steps: int | None = None,
+    anchor: datetime | None = None,
+) -> Resolved:
+    """Steps of the log dicts, their metrics, the bar's step times and time stamps, and the status
+    of every examined line. ``logging_steps``: run.toml's (None: not given; 1 where an interval is
+    needed and the file implies none)."""
+    logging_steps_set = logging_steps is not None
+    logging_steps = logging_steps or 1
     dict_end = (1 << _IDX_BITS) - 1
     kinds = pairs.group_by("line_no").agg(
         keys=pl.col("key").filter(~pl.col("key").is_in(list(BOOKKEEPING_KEYS))),
         own_step=pl.col("v").filter(pl.col("key") == "step").first(),
+        epoch=pl.col("v").filter(pl.col("key") == "epoch").first(),
     )
     dicts = kinds.select(
         "line_no",
         ord=pl.col("line_no") * (1 << _IDX_BITS) + dict_end,
         is_eval=pl.col("keys").list.eval(pl.element().str.starts_with("eval_")).list.all()
         & (pl.col("keys").list.len() > 0),
-        own_step=_integral(pl.col("own_step")),
+        # the end-of-training summary (TRL adds its last metrics to it): not a logging step
+        is_summary=pl.col("keys").list.contains(SUMMARY_MARKER),
+        own_step=_integral(_value_expr(pl.col("own_step"))),
+        epoch=_value_expr(pl.col("epoch")),
     ).sort("ord")
     train_total = _training_total(dicts, states)
     bar = states.filter(pl.col("total") == train_total).sort("ord") if train_total is not None else states.clear()
-    dicts = dicts.join_asof(bar.select("ord", bar_n="n"), on="ord", strategy="backward")
+    dicts = dicts.join_asof(bar.select("ord", bar_n="n", bar_ord="ord"), on="ord", strategy="backward")
+    collapsed = _collapsed_steps(dicts, logging_steps if logging_steps_set else None) if bar.height else None
     if bar.height == 0:  # no progress bar at all: the order of the training dicts (an eval dict: the last one's)
         dicts = dicts.with_columns(order_step=(pl.col("is_eval").not_().cum_sum() * logging_steps).cast(pl.Int64))
+    elif collapsed is not None:  # one bar state before every training dict: see _collapsed_steps
+        dicts = dicts.with_columns(order_step=collapsed, bar_n=pl.when(pl.col("is_summary")).then("bar_n"))
     else:
         dicts = dicts.with_columns(order_step=pl.lit(None, dtype=pl.Int64))
     dicts = dicts.with_columns(step=pl.coalesce("own_step", "bar_n", "order_step"))
     no_step = dicts.filter(pl.col("step").is_null()).get_column("line_no")
+    no_step_reason = (
+        "trainer log dict without a step: the training log dicts all follow one progress-bar state (a capture that "
+        "kept only the bar's last drawing) and their epochs do not tell the logging interval: set logging_steps in "
+        "run.toml" if collapsed is not None
+        else "trainer log dict without a step: no step key and no training progress bar before it"
+    )
 
     rows = (
         pairs.join(dicts.select("line_no", "step"), on="line_no", how="inner")
         .filter(pl.col("step").is_not_null() & ~pl.col("key").is_in([*BOOKKEEPING_KEYS, *SUMMARY_KEYS]))
-        .with_columns(value=_value_expr(pl.col("v")), is_str=pl.col("v").str.starts_with("'"))
+        .with_columns(value=_value_expr(pl.col("v")))
+        .with_columns(is_str=pl.col("v").str.starts_with("'") & pl.col("value").is_null())
     )
     str_rejects = rows.filter("is_str").select(
         "line_no",
@@ -327,27 +400,12 @@ def resolve(
     # accounting of the examined lines; a log dict without a step is rejected after all
     examined = examined.with_columns(
         status=pl.when(pl.col("line_no").is_in(no_step.implode())).then(pl.lit("rejected")).otherwise("status"),
-        reason=pl.when(pl.col("line_no").is_in(no_step.implode()))
-        .then(pl.lit("trainer log dict without a step: no step key and no training progress bar before it"))
-        .otherwise("reason"),
+        reason=pl.when(pl.col("line_no").is_in(no_step.implode())).then(pl.lit(no_step_reason)).otherwise("reason"),
     )
     line_rejects = examined.filter(pl.col("status") == "rejected").select("line_no", "reason", raw="line")
     rej = pl.concat([line_rejects, str_rejects], how="vertical_relaxed").sort("line_no")
-    counts = examined.group_by("status").len()
-    n = dict(zip(counts["status"].to_list(), counts["len"].to_list(), strict=True))
-    tables: dict[str, pl.DataFrame] = {}
     sm = pl.concat([metric_rows.select(_SM_COLS), time_rows.select(_SM_COLS)], how="vertical_relaxed")
-    if sm.height:
-        tables["step_metrics"] = sm
-    return Chunk(
-        tables=tables,
-        step_attrs=attrs if attrs.height else None,
-        rejects=rejects_frame(rej["line_no"], rej["reason"], rej["raw"]) if rej.height else None,
-        lines=examined.height,
-        rows_ok=n.get("ok", 0),
-        rows_rejected=n.get("rejected", 0),
-        rows_skipped=n.get("skipped", 0),
-    )
+    return Resolved(sm, attrs, rej, examined.select("line_no", "status"))
 
 
 _SM_COLS = ("step", "metric", "value", "raw_metric", "is_validation", "line_no")
@@ -356,6 +414,37 @@ _SM_COLS = ("step", "metric", "value", "raw_metric", "is_validation", "line_no")
 def _integral(t: pl.Expr) -> pl.Expr:
     x = t.cast(pl.Float64, strict=False)
     return pl.when(x.is_finite() & (x >= 0) & (x == x.floor())).then(x).cast(pl.Int64, strict=False)
+
+
+# epochs print to 2 decimals (transformers rounds them for the console): k x epoch_n / n may be off
+# by the two roundings
+EPOCH_TOLERANCE = 0.011
+
+
+def _collapsed_steps(dicts: pl.DataFrame, logging_steps: int | None) -> pl.Series | None:
+    """The steps of the training log dicts when they all follow one bar state (see the module rules),
+    as a column over ``dicts`` (null for eval and summary dicts... an eval dict takes the training
+    dict's before it; null everywhere when the interval cannot be told); None when the bar is not
+    collapsed (the dicts have bar states of their own)."""
+    train = ~pl.col("is_eval") & ~pl.col("is_summary")
+    t = dicts.filter(train & pl.col("own_step").is_null())
+    if t.height < 2 or t.get_column("bar_ord").null_count() or t.get_column("bar_ord").n_unique() != 1:
+        return None
+    n, p = t.height, int(t.get_column("bar_n")[0])
+    interval = logging_steps
+    if interval is None:
+        lo, hi = p // (n + 1) + 1, p // n  # the integers L with floor(p / L) == n
+        epochs = t.get_column("epoch")
+        k = pl.Series(range(1, n + 1), dtype=pl.Float64)
+        proportional = epochs.null_count() == 0 and bool(
+            ((epochs - k * epochs[-1] / n).abs() <= EPOCH_TOLERANCE).all())
+        interval = lo if lo == hi and proportional else None
+    if interval is None:
+        return pl.Series("order_step", [None] * dicts.height, dtype=pl.Int64)
+    order = train.cast(pl.Int64).cum_sum() * interval
+    return dicts.select(
+        pl.when(~pl.col("is_summary") & (train.cast(pl.Int64).cum_sum() > 0)).then(order).alias("order_step")
+    ).get_column("order_step")
 
 
 def _training_total(dicts: pl.DataFrame, states: pl.DataFrame) -> int | None:
@@ -417,9 +506,10 @@ def _plausible_elapsed(seconds: pl.Expr) -> pl.Expr:
     return pl.when(seconds.is_finite() & (seconds >= 0) & (seconds <= MAX_ELAPSED_S)).then(seconds)
 
 
-def _logging_steps(manifest: RunManifest) -> int:
+def logging_steps_of(manifest: RunManifest) -> int | None:
+    """run.toml's ``logging_steps``, None when it does not say."""
     v = manifest.tags.get("logging_steps")
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
 def run_start(manifest: RunManifest, header_time: str | None, path: Path) -> datetime | None:

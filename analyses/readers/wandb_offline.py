@@ -11,10 +11,20 @@ writer) and the payload is decoded with wandb's own protobuf classes — the opt
 
 What is read (line accounting unit = one logical record):
 
-* ``history`` -> ``step_metrics`` (step = wandb ``_step``, which verl sets to its global step;
-  numeric values only; ``_step``/``_runtime``/``_timestamp`` are not metrics) and a ``steps``
-  attribute ``ts`` from ``_timestamp``. Validation metrics are flagged by name as the console
-  reader does.
+* ``history`` -> ``step_metrics`` (numeric values only; ``_step``/``_runtime``/``_timestamp`` are
+  not metrics) and a ``steps`` attribute ``ts`` from ``_timestamp``. The step is the trainer's
+  global step: ``train/global_step`` when the record has it, else wandb's ``_step`` (which verl
+  sets to its global step). transformers' ``WandbCallback`` (HF Trainer, TRL, Unsloth) logs with
+  wandb's own counter, one per logging call: ``_step`` 0..25 where ``train/global_step`` is
+  30..760, so steps and step times would be per logging interval. Its names are transformers'
+  console names behind ``train/`` (``eval_x`` as ``eval/x``): ``train/loss`` is stored as ``loss``
+  and ``eval/loss`` as ``eval_loss``, canonicalised as the console and trainer_state readers do, so
+  the run's console capture (``files/output.log``) and its history land on one name and one axis
+  (a name canonical already, ``train/completions/mean_length`` or OpenRLHF's
+  ``train/policy_loss``, keeps its canonical name). In such a record ``train/global_step`` and
+  ``train/epoch`` are bookkeeping and the end-of-training summary (``train/train_runtime``, ...)
+  describes the run, not a step: not stored, as in the console reader. Validation metrics are
+  flagged by name as the console reader does.
 * ``stats`` -> ``gpu_samples``: the system monitor's ``gpu.<N>.<field>`` values at the record's
   timestamp, mapped to the canonical metrics of :mod:`analyses.telemetry_units`; fields with no
   canonical name keep their wandb name. Host-level stats (cpu, disk, network, proc.*) are not
@@ -51,6 +61,7 @@ from analyses.readers.base import (
     epoch_in_range,
     rejects_frame,
 )
+from analyses.readers.trl_console import SUMMARY_KEYS
 from analyses.steps import canonical_metric, is_validation_metric
 from analyses.telemetry_units import epoch_to_ts
 
@@ -81,6 +92,9 @@ GPU_FIELDS: dict[str, tuple[str, float]] = {
     # (% of memory allocated), powerPercent, correctedMemoryErrors, uncorrectedMemoryErrors
 }
 _HISTORY_RESERVED = ("_step", "_runtime", "_timestamp")
+HF_STEP = "train/global_step"  # transformers' WandbCallback: the trainer's step in every record it logs
+# in such a record: bookkeeping, and the end-of-training summary (the console reader's rules)
+_HF_NOT_METRICS = (HF_STEP, "train/epoch", *(f"train/{k}" for k in SUMMARY_KEYS))
 
 
 def _pb() -> Any:
@@ -218,7 +232,9 @@ def _history_frames(b: _Batch) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame
         schema={"line_no": pl.Int64, "raw_metric": pl.String, "value": pl.String},
     ).with_columns(value=pl.col("value").str.strip_chars().cast(pl.Float64, strict=False))
     per_row = h.group_by("line_no", maintain_order=True).agg(
-        _s=pl.col("value").filter(pl.col("raw_metric") == "_step").first(),
+        _s=pl.coalesce(pl.col("value").filter(pl.col("raw_metric") == HF_STEP).first(),
+                       pl.col("value").filter(pl.col("raw_metric") == "_step").first()),
+        _hf=(pl.col("raw_metric") == HF_STEP).any(),
         ts=pl.col("value").filter(pl.col("raw_metric") == "_timestamp").first(),
     )
     # an integral, non-negative _step only (a plain cast would turn 2.5 into step 2)
@@ -230,14 +246,16 @@ def _history_frames(b: _Batch) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame
         .then(pl.lit("history record without a numeric _step"))
         .otherwise(pl.format("history record with a _step that is not a non-negative integer: {}", pl.col("_s"))),
     )
+    raw = pl.col("raw_metric")
     sm = (
         h.join(per_row, on="line_no", how="left")
         .filter(
-            ~pl.col("raw_metric").is_in(list(_HISTORY_RESERVED))
+            ~raw.is_in(list(_HISTORY_RESERVED))
+            & ~(pl.col("_hf") & raw.is_in(list(_HF_NOT_METRICS)))
             & pl.col("value").is_not_null()
             & pl.col("step").is_not_null()
         )
-        .with_columns(metric=canonical_metric(pl.col("raw_metric")))
+        .with_columns(metric=_metric_name(raw, pl.col("_hf")))
         .with_columns(is_validation=is_validation_metric(pl.col("metric")))
         .select("step", "metric", "value", "raw_metric", "is_validation", "line_no")
     )
@@ -245,6 +263,19 @@ def _history_frames(b: _Batch) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame
         "step", ts=epoch_to_ts(epoch_in_range(pl.col("ts")))
     )
     return sm, steps, bad
+
+
+def _metric_name(raw: pl.Expr, hf: pl.Expr) -> pl.Expr:
+    """The canonical name of a history key: in a transformers record (``hf``), a ``train/``/``eval/``
+    /``test/`` name without a canonical name of its own is the console's (``loss``, ``eval_loss``),
+    canonicalised with transformers' names (see the module rules)."""
+    plain = canonical_metric(raw)
+    console = (
+        pl.when(raw.str.starts_with("train/")).then(raw.str.slice(len("train/")))
+        .when(raw.str.starts_with("eval/")).then(pl.lit("eval_") + raw.str.slice(len("eval/")))
+        .when(raw.str.starts_with("test/")).then(pl.lit("test_") + raw.str.slice(len("test/")))
+    )
+    return pl.when(hf & (plain == raw) & console.is_not_null()).then(canonical_metric(console, hf=True)).otherwise(plain)
 
 
 def _stats_frame(b: _Batch, host: str) -> pl.DataFrame:

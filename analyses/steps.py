@@ -499,7 +499,7 @@ class StepsAccumulator:
             wide = wide.group_by("step", maintain_order=True).agg([pl.col(c).drop_nulls().last() for c in cols])
         training = _unique_steps(self._training)
         val = _unique_steps(self._val)
-        flags = pl.DataFrame({"step": np.union1d(training, val)}, schema={"step": pl.Int64}).with_columns(
+        flags = pl.DataFrame({"step": _np_unique(np.concatenate([training, val]))}, schema={"step": pl.Int64}).with_columns(
             is_training=pl.col("step").is_in(pl.Series(training, dtype=pl.Int64).implode()),
             is_val=pl.col("step").is_in(pl.Series(val, dtype=pl.Int64).implode()),
         )

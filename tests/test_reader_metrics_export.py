@@ -335,3 +335,28 @@ def test_pandas_index_column_is_not_a_metric() -> None:
     assert sm.group_by("step").len().sort("step").rows() == [(1, 4), (2, 4), (4, 2)]
     assert (_value(sm, 1, "resize/applied"), _value(sm, 2, "resize/applied")) == (1.0, 0.0)
     assert tables["steps"]["step"].to_list() == [0, 1, 2, 4]
+
+
+def test_a_large_export_streams_in_few_batches_gzip_or_not(tmp_path: Path) -> None:
+    """A gzip of valid JSONL inflating to ~1 GB had not finished after 240 s: the metric-export path
+    read 1,000 lines per DuckDB round trip (2.7 MB/s of CPU on a wandb history export, gzip or not).
+    Batches are now bounded by their text (4 MiB), 2.4x faster; plain and gzip stream alike."""
+    import math
+
+    from analyses.readers import read_file
+    from analyses.readers.base import FileContext
+    from analyses.readers.metrics_export import MetricsJsonlReader
+
+    src = (FIX / "wandb_history_export.jsonl").read_bytes()
+    data = src * (9_000_000 // len(src))  # ~9 MB, ~36,000 lines
+    plain, packed = tmp_path / "h.jsonl", tmp_path / "h.jsonl.gz"
+    plain.write_bytes(data)
+    packed.write_bytes(gzip.compress(data, 6))
+    got = {}
+    for p in (plain, packed):
+        chunks = list(read_file(MetricsJsonlReader(), FileContext("r", p, p.name, RunManifest())))
+        rows = pl.concat([c.tables["step_metrics"] for c in chunks if "step_metrics" in c.tables])
+        got[p.name] = (len(chunks), sum(c.lines for c in chunks), rows.height)
+    lines = data.count(b"\n")
+    assert got["h.jsonl"][1:] == got["h.jsonl.gz"][1:] and got["h.jsonl"][1] == lines
+    assert max(n for n, _, _ in got.values()) <= math.ceil(len(data) / MetricsJsonlReader.batch_bytes) + 1  # was 37

@@ -262,14 +262,17 @@ def count_unseen(chunk: Chunk, batch: LineBatch) -> None:
 ChunkFn = Callable[[duckdb.DuckDBPyConnection, pl.DataFrame], tuple[Chunk, dict[str, int]]]
 
 
-def read_jsonl(ctx: FileContext, reader: str, batch_lines: int, chunk: ChunkFn) -> Iterator[Chunk]:
-    """The read loop of the JSON-lines metric readers: batches of ``batch_lines`` lines, each
-    turned into a chunk by ``chunk(con, lines)`` on one DuckDB connection for the file, with
-    the values that are not metrics counted and logged once per file."""
+def read_jsonl(ctx: FileContext, reader: str, batch_lines: int, chunk: ChunkFn,
+               batch_bytes: int | None = None) -> Iterator[Chunk]:
+    """The read loop of the JSON-lines metric readers: batches of at most ``batch_lines`` lines
+    (and about ``batch_bytes`` of text), each turned into a chunk by ``chunk(con, lines)`` on one
+    DuckDB connection for the file, with the values that are not metrics counted and logged once
+    per file."""
     con = thread_connection()
     dropped: dict[str, int] = {}
+    sized = {} if batch_bytes is None else {"batch_bytes": batch_bytes}
     try:
-        for batch in iter_line_batches(ctx.path, batch_lines=batch_lines):
+        for batch in iter_line_batches(ctx.path, batch_lines=batch_lines, **sized):
             # a record nested past DuckDB's JSON depth limit is rejected before any JSON function
             # sees it (json_tree's memory also grows with depth squared)
             body, deep = split_too_deep(batch.lines, limits.current().max_json_depth)

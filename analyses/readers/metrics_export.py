@@ -194,7 +194,11 @@ def _integral_number(v: object) -> bool:
 
 class MetricsJsonlReader(ReaderBase):
     name = "metrics_jsonl"
-    batch_lines = 1_000
+    # a batch is bounded by its text, not only its lines (each DuckDB round trip costs ~10 ms whatever
+    # its size): batches of 1,000 lines read a wandb history export at 2.7 MB/s of CPU, of 4 MiB of
+    # text (some 18,000 of its lines) 2.4x faster, in 110 MB more memory
+    batch_lines = 50_000
+    batch_bytes = 4 << 20
 
     def sniff(self, head: str, path: Path) -> bool:
         line = _first_line(head)
@@ -220,7 +224,7 @@ class MetricsJsonlReader(ReaderBase):
         return any(isinstance(flat[k], int | float) and not isinstance(flat[k], bool) for k in others)
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
-        return read_jsonl(ctx, self.name, self.batch_lines, self._chunk)
+        return read_jsonl(ctx, self.name, self.batch_lines, self._chunk, self.batch_bytes)
 
     def _chunk(self, con: duckdb.DuckDBPyConnection, batch: pl.DataFrame) -> tuple[Chunk, dict[str, int]]:
         blank = batch["line"].str.strip_chars() == ""

@@ -176,13 +176,13 @@ class TrlConsoleReader(ReaderBase):
             if unseen:
                 yield Chunk(lines=unseen, rows_skipped=unseen)
         anchor = run_start(ctx.manifest, header_time, ctx.path)
-        yield resolve(
+        yield resolve_lines(
             pl.concat(examined) if examined else pl.DataFrame(schema=_LINE_SCHEMA),
             pl.concat(pairs) if pairs else pl.DataFrame(schema=_PAIR_SCHEMA),
             pl.concat(states) if states else pl.DataFrame(schema=_STATE_SCHEMA),
             logging_steps=logging_steps_of(ctx.manifest),
             anchor=anchor,
-        )
+        ).chunk()
 
 
 def scan_lines(cand: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -310,18 +310,6 @@ class Resolved:
             rows_rejected=n.get("rejected", 0),
             rows_skipped=n.get("skipped", 0),
         )
-
-
-def resolve(
-    examined: pl.DataFrame,
-    pairs: pl.DataFrame,
-    states: pl.DataFrame,
-    logging_steps: int | None = None,
-    anchor: datetime | None = None,
-) -> Chunk:
-    """The last chunk: steps of the log dicts, their metrics, the bar's step times and time
-    stamps, and the accounting of every examined line (:func:`resolve_lines` as a chunk)."""
-    return resolve_lines(examined, pairs, states, logging_steps, anchor).chunk()
 
 
 def resolve_lines(

@@ -293,14 +293,14 @@ def test_a_directory_of_several_logs_is_one_partition_per_log(tmp_path: Path) ->
     assert [(rid, p.only) for rid, p in runs_by_id(logs).items()] == [("my_run_v2", None)]
     (d / "other.log").write_text("step:0 - timing_s/step:2.0\n")  # a second log that starts over
     runs = runs_by_id(logs)
-    assert sorted(runs) == ["other", "train"]
-    assert {rid: sorted(f.name for f in p.only or ()) for rid, p in runs.items()} == {"other": ["other.log"],
-                                                                                   "train": ["train.log"]}
+    assert sorted(runs) == ["my_run_v2.other", "my_run_v2.train"]  # <directory>.<log>: unique across directories
+    assert {rid: sorted(f.name for f in p.only or ()) for rid, p in runs.items()} == {
+        "my_run_v2.other": ["other.log"], "my_run_v2.train": ["train.log"]}
     # each has its own fingerprint: editing one log requests only its run
     before = {rid: run_fingerprint(p).key for rid, p in runs.items()}
     (d / "other.log").write_text("step:0 - timing_s/step:2.0\nstep:1 - timing_s/step:2.0\n")
     after = {rid: run_fingerprint(p).key for rid, p in runs_by_id(logs).items()}
-    assert after["train"] == before["train"] and after["other"] != before["other"]
+    assert after["my_run_v2.train"] == before["my_run_v2.train"] and after["my_run_v2.other"] != before["my_run_v2.other"]
     with pytest.raises(ManifestError):  # a broken manifest is the directory's problem, said once
         plan_runs(_run_dir(tmp_path, "broken", manifest="task = \n"))
 

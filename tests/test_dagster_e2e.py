@@ -237,7 +237,7 @@ def test_demo_main_prints_headlines(
     assert rc == 0, out
     assert "ingested 2 run(s)" in out
     assert "tiny-run: ok  files=1 steps=3 samples=0" in out
-    assert "asset checks: 49/50 passed" in out and "failed: bad-run rejects:reject_share (WARN)" in out
+    assert "asset checks: 53/54 passed" in out and "failed: bad-run rejects:reject_share (WARN)" in out
     assert "runs=2  source files=2  steps=5" in out
     assert f"warehouse: {tmp_path / 'wh'}" in out and "took " in out
     # the persistent instance under DAGSTER_HOME keeps the runs for the UI
@@ -283,9 +283,11 @@ def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch
             for e in result.per_run[rid].get_asset_materialization_events()
         }
         assert {t: mats[t].metadata["partition_row_count"].value for t in TABLES} == run_row_counts(root, rid)
-    # the asset's row count is the table's over every run (as of the last run's ingest)
+        # dagster/row_count, shown beside the partition, is the partition's rows (it was the whole table's)
+        assert {t: mats[t].metadata["dagster/row_count"].value for t in TABLES} == run_row_counts(root, rid)
+    # the table's rows over every run are beside it (as of the last run's ingest)
     last = result.per_run[max(result.per_run)]
-    total = {e.asset_key.to_user_string(): e.materialization.metadata["dagster/row_count"].value
+    total = {e.asset_key.to_user_string(): e.materialization.metadata["table_row_count"].value
              for e in last.get_asset_materialization_events() if e.asset_key.to_user_string() in TABLES}
     assert total == {t: table_rows(root, t) for t in TABLES}
     a = scan_table(root, "steps").sort("run_id", "step").collect()

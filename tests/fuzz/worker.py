@@ -23,12 +23,12 @@ from analyses.readers import limits
 from analyses.readers.lines import count_lines
 from tests.fuzz.corpus import make_input
 
-STATUSES = {"ok", "partial", "error", "empty", "unsupported"}
+STATUSES = {"ok", "partial", "no_data", "error", "empty", "unsupported"}
 # formats whose accounting unit is a physical line of the file (others count events/records)
 LINE_FORMATS = {
     "verl_console", "verl_jsonl", "metrics_jsonl", "metrics_csv", "nvidia_smi_csv", "nvidia_smi_dmon",
     "prometheus_text", "worker_times", "polytrace_packed_lengths", "polytrace_reward_timings",
-    "polytrace_multiturn", "polytrace_dapo_filter", "verl_rollout_dump",
+    "polytrace_multiturn", "polytrace_dapo_filter", "verl_rollout_dump", "kaggle_log",
 }
 # errors a reader raises on purpose (UnreadableFile and the I/O family); anything else recorded
 # as a file error is a reader bug that the per-file guard caught
@@ -70,7 +70,7 @@ def _checks(fr: FileReport, path: Path) -> list[str]:
         out.append(f"unknown status {fr.status!r}")
     if fr.status == "error" and (not fr.error or fr.rows_out):
         out.append(f"error status without message or with rows_out={fr.rows_out}")
-    if fr.status in ("ok", "partial") and fr.format in LINE_FORMATS:
+    if fr.status in ("ok", "partial", "no_data") and fr.format in LINE_FORMATS:
         try:
             n = count_lines(path)
         except Exception:  # noqa: BLE001 - a file the line layer refuses has nothing to compare

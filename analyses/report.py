@@ -197,11 +197,12 @@ def pair_section(con: duckdb.DuckDBPyConnection, cmp: Any) -> Section:
                    [f for f in [FigureSpec("compare__curves", fig, True)] if f.drawn], notes=notes)
 
 
-# what the comparison reads (its table and CDF: length_quantiles; its other figures: step_variance and
-# rank_imbalance), said when the selected runs have none of it
-COMPARISON_NEEDS = ("per-sample response lengths (samples.response_tokens: PolyTrace logs, rollout dumps) in at least one "
-                    "selected run for its table and length CDF; step times (steps) and per-rank times (rank_times) for "
-                    "its other figures")
+# what the comparison reads (its curves and ranked differences: per-step metrics; its table and CDF:
+# length_quantiles; its other figures: step_variance and rank_imbalance), said when the selected runs have none of it
+COMPARISON_NEEDS = ("per-step metrics (steps / training_health: response length, step and generation time, "
+                    "throughput, reward, entropy) for its curves and ranked differences; per-sample response lengths "
+                    "(samples.response_tokens: PolyTrace logs, rollout dumps) for its table and length CDF; "
+                    "per-rank times (rank_times) for its imbalance figure")
 
 
 def selected_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None) -> list[str]:

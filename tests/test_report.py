@@ -66,20 +66,21 @@ def test_single_run_has_no_comparison_and_says_what_is_missing(wh: Path, tmp_pat
 
 
 def test_an_empty_comparison_says_which_data_it_needs(tmp_path: Path) -> None:
-    """Runs of step logs without samples (verl console logs): the comparison said "this view needs
+    """Runs of GPU telemetry alone (no steps, no samples): the comparison said "this view needs
     several runs" with several runs selected; it says which data it reads."""
     root = tmp_path / "wh"
+    csv = (Path(__file__).parent / "fixtures" / "telemetry" / "interleaved_gpus_with_index.csv").read_text()
     for name in ("a", "b", "c"):
         d = tmp_path / name
         d.mkdir()
-        (d / "train.log").write_text("step:1 - timing_s/gen:1.0 - timing_s/step:2.0\n")
+        (d / "nvidia_smi.csv").write_text(csv)
         PolyTrace(root).ingest(d)
     res = PolyTrace(root).report(tmp_path / "r.html", png=False)
     compare = {s.group: s for s in res.sections}["compare"]
     assert compare.empty and compare.needs == R.COMPARISON_NEEDS
     text = res.path.read_text()
     assert "this view needs several runs" not in text
-    assert "this view needs per-sample response lengths (samples.response_tokens" in text
+    assert "this view needs per-step metrics (steps / training_health" in text
 
 
 def test_progress_hears_a_step_per_section_and_one_for_the_pngs(wh: Path, tmp_path: Path) -> None:

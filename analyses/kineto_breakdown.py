@@ -8,15 +8,14 @@ Definitions follow HolisticTraceAnalysis (HTA, ``hta/analyzers/breakdown_analysi
 * ``gpu_busy`` is the length of the union of their ``[ts, ts + dur)`` intervals (touching
   intervals merge, as in HTA's ``merge_kernel_intervals``).
 * ``gpu_span`` is first start to last end (HTA's ``kernel_time``); ``gpu_idle = span - busy``.
-* Kernel kinds by name, as HTA's ``get_kernel_type``: ``comm`` = ``^nccl.*Kernel``; ``memcpy``
-  (HTA: MEMORY) = names starting ``Memcpy``/``Memset``/``dma``; ``compute`` = neither, and not
-  matching HTA's exclusion ``^(nccl.*Kernel|.*Memcpy|Memset|.*Sync)``; the rest is ``other``.
+* Kernel kinds are HTA's kernel types (:func:`analyses.trace.model.kernel_type`): ``comm`` =
+  COMMUNICATION (``^nccl.*Kernel``), ``memcpy`` = MEMORY (``Memcpy``/``Memset``/``dma``),
+  ``compute`` = COMPUTATION, ``other`` = OTHER.
 * ``compute``, ``comm``, ``memcpy`` are unions of their kind's intervals (they may overlap each
   other); ``non_compute = span - compute - idle`` (HTA's definition: busy time not covered by a
   compute kernel).
-* A GPU event belongs to the ProfilerStep whose CPU window ``[ts, ts + dur)`` holds the
-  ``cuda_runtime``/``cuda_driver`` event that launched it (same ``correlation``), as HTA's
-  ``add_iteration``; an event whose launch is not in the trace falls back to its own start time.
+* A GPU event belongs to the ProfilerStep of its launch (``analyses.trace.model``: HTA's
+  ``add_iteration``); an event whose launch is not in the trace falls back to its own start time.
 
 * Sub-microsecond timestamps (traces written with ns resolution, float ``ts``) are rounded as
   HTA does (``round_down_time_stamps``: start = ceil(ts), end = floor(ts + dur)), a workaround
@@ -33,26 +32,8 @@ import polars as pl
 
 US = 1e-6
 
-COMM_RE = r"^nccl.*Kernel"
-MEMORY_RE = r"^(Memcpy|Memset|dma)"
-# HTA's NCCL_COMPUTE_KERNEL_RE, `(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)` under re.match
-NOT_COMPUTE_RE = r"^(nccl.*Kernel|.*Memcpy|Memset|.*Sync)"
-
 KINDS = ("compute", "comm", "memcpy", "other")
 PHASES = ("step_wall", "gpu_span", "gpu_busy", "gpu_idle", "compute", "comm", "memcpy", "non_compute")
-
-
-def kernel_kind(name: pl.Expr) -> pl.Expr:
-    """HTA's kernel type of a GPU event name: comm | memcpy | compute | other."""
-    return (
-        pl.when(name.str.contains(COMM_RE))
-        .then(pl.lit("comm"))
-        .when(name.str.contains(MEMORY_RE))
-        .then(pl.lit("memcpy"))
-        .when(~name.str.contains(NOT_COMPUTE_RE))
-        .then(pl.lit("compute"))
-        .otherwise(pl.lit("other"))
-    )
 
 
 def has_sub_us(ts: pl.Series) -> bool:
@@ -121,40 +102,6 @@ def breakdown(gpu: pl.DataFrame | pl.LazyFrame, by: list[str]) -> pl.DataFrame:
         .collect()
     )
     return out if by else out.drop("_all")
-
-
-def assign_steps(gpu: pl.DataFrame, launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Add ``launch_ts`` and ``step`` to GPU events.
-
-    ``gpu``: ts, dur, correlation, kind. ``launches``: correlation, ts (CPU runtime events).
-    ``steps``: step, ts, dur (ProfilerStep CPU windows). A GPU event takes the step whose window
-    holds its launch (HTA's rule); without a launch in the trace, the window holding its own start.
-    """
-    first_launch = launches.group_by("correlation").agg(launch_ts=pl.col("ts").min())
-    g = gpu.join(first_launch, on="correlation", how="left")
-    win = steps.select(pl.col("step"), _ws=pl.col("ts"), _we=pl.col("ts") + pl.col("dur")).sort("_ws")
-    g = g.with_columns(_key=pl.coalesce("launch_ts", "ts")).sort("_key")
-    if win.height == 0:
-        return g.with_columns(step=pl.lit(None, dtype=pl.Int64)).drop("_key")
-    g = g.join_asof(win, left_on="_key", right_on="_ws", strategy="backward")
-    return g.with_columns(step=pl.when(pl.col("_key") < pl.col("_we")).then(pl.col("step"))).drop(
-        "_key", "_ws", "_we"
-    )
-
-
-def hta_window(gpu: pl.DataFrame, steps: pl.DataFrame, include_last_step: bool = False) -> pl.DataFrame:
-    """The GPU events HTA keeps for a rank: launched (by correlation) before the last ProfilerStep
-    starts (or before it ends, with ``include_last_step``); events without a launch are dropped.
-
-    ``gpu`` must carry ``launch_ts`` (see :func:`assign_steps`). With fewer than two steps HTA
-    does not filter, and neither does this.
-    """
-    if steps.height < 2:
-        return gpu
-    last_start = steps["ts"].max()
-    last_end = (steps["ts"] + steps["dur"]).max()
-    cond = pl.col("launch_ts") <= last_end if include_last_step else pl.col("launch_ts") < last_start
-    return gpu.filter(pl.col("launch_ts").is_not_null() & cond)
 
 
 def step_rows(gpu_with_steps: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

@@ -379,6 +379,103 @@ RANK_TIMES = Table(
     },
 )
 
+# --- PyTorch profiler (Kineto) traces: analyses/trace/model.py says how each column is derived -----
+
+_TRACE_COMMON_DOCS = {
+    "path": "the trace file (relative to the run): one file per rank",
+    "rank": "the trace's rank (distributedInfo.rank, else rank-N in the file name)",
+    "ev": "the event's number in the file's traceEvents, from 1 (as rejects.line_no counts them)",
+    "ts_us": "start, microseconds on the trace's clock (ns-resolution traces rounded as HTA does: ceil(ts), "
+    "floor(ts + dur) - ceil(ts))",
+    "dur_us": "duration, microseconds (after the same rounding: may be 0, or -1 for a sub-µs event, as in HTA)",
+    "step": "the ProfilerStep#N whose CPU window holds the event (a GPU event: its launch's)",
+    "stage": "the RL stage (analyses/trace/stages.py: gen, reward, old_log_prob, ref, values, adv, update_critic, "
+    "update_actor, ...) of the innermost stage span covering the event's start (a GPU event: its launch); NULL "
+    "outside every stage span",
+    "in_hta_window": "in HolisticTraceAnalysis's analysis window: with two or more ProfilerSteps, CPU-side events that "
+    "start before the last ProfilerStep starts and the GPU events they launched; else every event",
+    "pid": "process id as the trace writes it", "tid": "thread id (CPU) or lane (GPU) as the trace writes it",
+    "correlation": "links a CUDA runtime call to the GPU work it launched",
+}
+
+TRACE_RANKS = Table(
+    "trace_ranks",
+    "profiler trace file (one rank)",
+    {
+        "run_id": S, "path": S, "rank": I64, "world_size": I64, "n_events": I64, "n_gpu_events": I64, "n_ops": I64,
+        "n_steps": I64, "first_ts_us": F64, "last_end_us": F64, "hta_window_end_us": F64, "hta_span_us": F64,
+        "ns_resolution": B, "display_time_unit": S, "base_time_ns": I64, "stage_spans": I64, "truncated": B,
+    },
+    key=("run_id", "path"),
+    docs={
+        **_TRACE_COMMON_DOCS,
+        "world_size": "distributedInfo.world_size",
+        "n_events": "events in traceEvents (complete or not)",
+        "n_gpu_events": "rows in trace_kernels", "n_ops": "rows in trace_ops",
+        "n_steps": "ProfilerStep#N windows (CPU side)",
+        "first_ts_us": "earliest start of a complete event", "last_end_us": "latest end of a complete event",
+        "hta_window_end_us": "start of the last ProfilerStep, where HTA's window ends (NULL: fewer than two steps, "
+        "no window)",
+        "hta_span_us": "HTA's trace duration: last minus first start among the window's events",
+        "ns_resolution": "timestamps carry fractions of a microsecond (rounded as HTA does)",
+        "display_time_unit": "the trace's displayTimeUnit (ms or ns): a viewer's label only, ts and dur stay µs",
+        "base_time_ns": "baseTimeNanoseconds: Unix time of the trace clock's origin, when written",
+        "stage_spans": "user annotations naming an RL stage",
+        "truncated": "the file ends inside traceEvents (see rejects)",
+    },
+)
+
+TRACE_KERNELS = Table(
+    "trace_kernels",
+    "GPU event of a profiler trace (kernel, memcpy, memset, CUDA sync)",
+    {
+        "run_id": S, "path": S, "rank": I64, "ev": I64, "stream": I64, "device": I64, "pid": S, "tid": S,
+        "correlation": I64, "cat": S, "name": S, "kernel_type": S, "ts_us": F64, "dur_us": F64, "bytes": I64,
+        "memory_bw_gbps": F64, "launch_ev": I64, "launch_name": S, "launch_ts_us": F64, "launch_dur_us": F64,
+        "launch_pid": S, "launch_tid": S, "launch_pos": I64, "link_pos": I64, "step": I64, "step_by_launch": B,
+        "stage": S, "in_hta_window": B,
+    },
+    key=("run_id", "path", "ev"),
+    docs={
+        **_TRACE_COMMON_DOCS,
+        "stream": "CUDA stream", "device": "GPU index",
+        "cat": "kernel, gpu_memcpy, gpu_memset, cuda_sync, ...", "name": "kernel name as written",
+        "kernel_type": "HTA's kernel type: COMMUNICATION (^nccl.*Kernel), MEMORY (^Memcpy|^Memset|^dma), COMPUTATION "
+        "(neither, and not HTA's ^(nccl.*Kernel|.*Memcpy|Memset|.*Sync)), OTHER",
+        "bytes": "bytes moved (memcpy, memset)", "memory_bw_gbps": "the trace's memory bandwidth (GB/s) of a memcpy/memset",
+        "launch_ev": "ev of the CPU-side event with the same correlation (the last in file order, as HTA)",
+        "launch_name": "cudaLaunchKernel, cudaMemcpyAsync, ...", "launch_ts_us": "launch start",
+        "launch_dur_us": "launch duration", "launch_pid": "launching process", "launch_tid": "launching thread",
+        "launch_pos": "the launch's trace_ops.pos (for call-stack joins)",
+        "link_pos": "pos of the main-thread annotation a backward-thread launch hangs under (HTA's CallGraph)",
+        "step_by_launch": "the step is the launch's; false: no launch in a step window, the step holding the event's own "
+        "start (HTA leaves those without an iteration)",
+    },
+)
+
+TRACE_OPS = Table(
+    "trace_ops",
+    "CPU-side event of a profiler trace (cpu_op, user_annotation, cuda_runtime, python_function, gpu_user_annotation, ...)",
+    {
+        "run_id": S, "path": S, "rank": I64, "ev": I64, "cat": S, "name": S, "pid": S, "tid": S, "ts_us": F64,
+        "dur_us": F64, "correlation": I64, "step": I64, "stage": S, "in_hta_window": B, "depth": I64, "pos": I64,
+        "sub_end": I64, "link_pos": I64, "num_kernels": I64, "kernel_dur_sum_us": F64,
+    },
+    key=("run_id", "path", "ev"),
+    docs={
+        **_TRACE_COMMON_DOCS,
+        "cat": "the event's category (cpu_op, user_annotation, cuda_runtime, ...)", "name": "as written",
+        "step": "the ProfilerStep#N whose CPU window holds the event's start",
+        "depth": "call-stack depth on its pid/tid lane, 0 = top level (HTA's CallStackGraph; backward-thread ops hang "
+        "under the main thread's ## backward ## / ProfilerStep annotation); NULL on lanes HTA takes for GPU lanes",
+        "pos": "the event's place in its lane's start order, unique within the file",
+        "sub_end": "its descendants are the ops with pos in (pos, sub_end)",
+        "link_pos": "for a backward-thread op: pos of the main-thread annotation its top-level op hangs under",
+        "num_kernels": "GPU kernels (HTA's window, stream > 0) launched in its subtree",
+        "kernel_dur_sum_us": "their summed duration",
+    },
+)
+
 GPU_SAMPLES = Table(
     "gpu_samples",
     "telemetry sample",
@@ -492,6 +589,9 @@ TABLES: dict[str, Table] = {
         FILTER_BATCHES,
         STEP_WINDOWS,
         REJECTS,
+        TRACE_RANKS,
+        TRACE_KERNELS,
+        TRACE_OPS,
     )
 }
 

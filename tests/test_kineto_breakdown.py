@@ -5,15 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analyses.kineto_breakdown import (
-    assign_steps,
-    breakdown,
-    has_sub_us,
-    hta_round,
-    hta_window,
-    kernel_kind,
-    union_length,
-)
+from analyses.kineto_breakdown import breakdown, has_sub_us, hta_round, union_length
+from analyses.trace.model import kernel_type
 
 
 def _union(ts: list[float], end: list[float], group: list[int] | None = None) -> dict:
@@ -40,17 +33,17 @@ def test_union_of_long_interval_covering_later_short_ones() -> None:
 @pytest.mark.parametrize(
     ("name", "kind"),
     [
-        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "comm"),
-        ("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "comm"),
-        ("Memcpy DtoH (Device -> Pageable)", "memcpy"),
-        ("Memset (Device)", "memcpy"),
-        ("void at::native::vectorized_elementwise_kernel<4>", "compute"),
-        ("void cudaStreamSync_helper()", "other"),  # HTA: names containing "Sync" are not compute
-        ("void myMemcpy_kernel()", "other"),  # contains Memcpy but does not start with it
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "COMMUNICATION"),
+        ("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "COMMUNICATION"),
+        ("Memcpy DtoH (Device -> Pageable)", "MEMORY"),
+        ("Memset (Device)", "MEMORY"),
+        ("void at::native::vectorized_elementwise_kernel<4>", "COMPUTATION"),
+        ("void cudaStreamSync_helper()", "OTHER"),  # HTA: names containing "Sync" are not compute
+        ("void myMemcpy_kernel()", "OTHER"),  # contains Memcpy but does not start with it
     ],
 )
-def test_kernel_kind_follows_hta(name: str, kind: str) -> None:
-    assert pl.select(kernel_kind(pl.lit(name))).item() == kind
+def test_kernel_type_follows_hta(name: str, kind: str) -> None:
+    assert pl.select(kernel_type(pl.lit(name))).item() == kind
 
 
 def test_breakdown_hand_example() -> None:
@@ -72,26 +65,6 @@ def test_breakdown_hand_example() -> None:
     assert row["memcpy"] == pytest.approx(2e-6)
     assert row["non_compute"] == pytest.approx(12e-6)
     assert row["n_events"] == 4
-
-
-def test_assign_steps_by_launch_then_by_time_and_hta_window() -> None:
-    steps = pl.DataFrame({"step": [1, 2], "ts": [0.0, 100.0], "dur": [100.0, 100.0]})
-    launches = pl.DataFrame({"correlation": [1, 2], "ts": [90.0, 150.0]})
-    # corr 1 launched in step 1 runs in step 2's window -> step 1 (HTA's rule); corr 3 has no
-    # launch -> by its own start (step 2); corr 4 has no launch and starts after every step -> null
-    gpu = pl.DataFrame(
-        {
-            "ts": [120.0, 160.0, 170.0, 500.0],
-            "dur": [5.0] * 4,
-            "correlation": [1, 2, 3, 4],
-            "kind": ["compute"] * 4,
-        }
-    )
-    g = assign_steps(gpu, launches, steps).sort("correlation")
-    assert g["step"].to_list() == [1, 2, 2, None]
-    # HTA keeps what was launched before the last step started: corr 1 only
-    assert hta_window(g, steps)["correlation"].to_list() == [1]
-    assert sorted(hta_window(g, steps, include_last_step=True)["correlation"].to_list()) == [1, 2]
 
 
 def test_hta_round_ceil_start_floor_end() -> None:

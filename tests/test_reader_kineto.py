@@ -12,11 +12,12 @@ import polars as pl
 import pytest
 
 from analyses.ingest import ingest_run
-from analyses.kineto_breakdown import assign_steps, breakdown, hta_window
+from analyses.kineto_breakdown import breakdown
 from analyses.manifest import RunManifest
 from analyses.readers import detect
 from analyses.readers.base import FileContext, read_head
 from analyses.readers.kineto import KinetoTraceReader, load_rank_events
+from analyses.trace.model import build
 from analyses.warehouse import scan_table
 from tests.conftest import FIXTURES
 
@@ -82,9 +83,11 @@ def test_two_steps_hand_computed_breakdown() -> None:
     rt = c.tables["rank_times"]
     assert rt["rank"].unique().to_list() == [3]  # distributedInfo comes after the array
     assert rt["source"].unique().to_list() == ["kineto_trace"]
-    # 22 events: 2 ProfilerSteps + 8 GPU events + 7 launches kept; Trace, aten::mm, metadata,
-    # flow and gpu_user_annotation skipped
-    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (22, 17, 0, 5)
+    # 22 events: the 19 complete ones kept (2 ProfilerSteps, aten::mm, 7 launches and the
+    # gpu_user_annotation into trace_ops, 8 GPU events into trace_kernels); the Trace span, the
+    # metadata event and the flow skipped
+    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (22, 19, 0, 3)
+    assert (c.tables["trace_ops"].height, c.tables["trace_kernels"].height) == (11, 8)
     assert c.rejects is None
 
 
@@ -98,10 +101,11 @@ def test_multiline_and_tiny_chunks_give_the_same_events() -> None:
 
 
 def test_truncated_mid_event_keeps_complete_events() -> None:
-    # cut inside event 16 (the nccl kernel): 15 complete events = 2 steps + 7 launches + 2 kernels
-    # kept, 4 skipped; the cut is one rejected line; rank from the file name (metadata lost)
+    # cut inside event 16 (the nccl kernel): of the 15 complete events, 2 steps + aten::mm + 7
+    # launches + 2 kernels kept, the Trace span, a metadata event and a flow skipped; the cut is
+    # one rejected line; rank from the file name (metadata lost)
     c = _read(KDIR / "truncated_mid_event_rank-5.json")
-    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (16, 11, 1, 4)
+    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (16, 12, 1, 3)
     assert c.rejects["reason"][0].startswith("truncated_trace")
     assert c.rejects["line_no"][0] == 16
     assert '"ncclKerne' in c.rejects["raw"][0]
@@ -120,8 +124,8 @@ def test_truncated_gzip_is_not_fatal() -> None:
     assert c.rows_rejected == 1 and c.rejects["reason"][0].startswith("truncated_trace")
     # what zlib decompresses before the cut is the text of truncated_mid_event_rank-5.json plus
     # 59 characters, still inside event 16: the same 15 complete events (counted independently
-    # with json.JSONDecoder.raw_decode over that text), so the same 11 kept / 4 skipped + the cut
-    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (16, 11, 1, 4)
+    # with json.JSONDecoder.raw_decode over that text), so the same 12 kept / 3 skipped + the cut
+    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (16, 12, 1, 3)
 
 
 def test_escaped_strings_and_hta_rounding_of_ns_times() -> None:
@@ -129,14 +133,14 @@ def test_escaped_strings_and_hta_rounding_of_ns_times() -> None:
     # step [10.5, 110.5) -> [11, 110) = 99; kernel 20.4+10.2 -> [21, 30) = 9;
     # tiny 40.1+0.5 -> [41, 40) = -1 (HTA's quirk); span 21..40 = 19, busy 9-1 = 8, idle 11
     c = _read(KDIR / "escaped_strings_ns_times.json")
-    assert (c.lines, c.rows_ok, c.rows_skipped) == (6, 5, 1)
+    assert (c.lines, c.rows_ok, c.rows_skipped) == (6, 6, 0)  # the oddly named cpu_op is a trace_ops row
     w = _wide(c)[7]
     assert w["step_wall"] == pytest.approx(99e-6)
     assert w["gpu_span"] == pytest.approx(19e-6)
     assert w["gpu_busy"] == pytest.approx(8e-6)
     assert w["gpu_idle"] == pytest.approx(11e-6)
     ev = load_rank_events(KDIR / "escaped_strings_ns_times.json", rounding="none")
-    row = breakdown(assign_steps(ev.gpu, ev.launches, ev.steps), []).row(0, named=True)
+    row = breakdown(_kinds(build(ev.gpu, ev.ops).kernels), []).row(0, named=True)
     assert row["gpu_busy"] == pytest.approx(10.7e-6) and row["gpu_span"] == pytest.approx(20.2e-6)
 
 
@@ -168,12 +172,18 @@ HTA_EXPECTED = {
 }
 
 
+def _kinds(kernels: pl.DataFrame) -> pl.DataFrame:
+    kind = {"COMPUTATION": "compute", "COMMUNICATION": "comm", "MEMORY": "memcpy", "OTHER": "other"}
+    return kernels.select(ts="ts_us", dur="dur_us", kind=pl.col("kernel_type").replace_strict(kind))
+
+
 @pytest.mark.real_logs
 @pytest.mark.parametrize(("rel", "rank"), list(HTA_EXPECTED))
 def test_real_traces_agree_with_hta(real_file, rel: str, rank: int) -> None:
     path = real_file(f"kineto_traces_hta/{rel}")
     ev = load_rank_events(path)
-    w = breakdown(hta_window(assign_steps(ev.gpu, ev.launches, ev.steps), ev.steps), []).row(0, named=True)
+    k = build(ev.gpu, ev.ops).kernels
+    w = breakdown(_kinds(k.filter("in_hta_window")), []).row(0, named=True)
     ours = tuple(w[k] * 1e6 for k in ("gpu_idle", "compute", "non_compute", "gpu_span"))
     for o, h in zip(ours, HTA_EXPECTED[(rel, rank)], strict=True):
         assert o == pytest.approx(h, rel=0.01)
@@ -258,12 +268,12 @@ def test_truncated_gzip_through_ingest_is_partial_not_an_error(tmp_path: Path) -
     (run / "t_rank-6.json.gz").write_bytes((KDIR / "truncated_gzip_rank-6.json.gz").read_bytes())
     (f,) = ingest_run(run, tmp_path / "wh").files
     assert (f.format, f.status) == ("kineto_trace", "partial")  # was ("unknown", "error")
-    assert (f.lines, f.rows_ok, f.rows_rejected) == (16, 11, 1)  # as test_truncated_gzip_is_not_fatal
+    assert (f.lines, f.rows_ok, f.rows_rejected) == (16, 12, 1)  # as test_truncated_gzip_is_not_fatal
 
 
 def test_profiler_step_number_past_int64_is_skipped_not_fatal(tmp_path: Path) -> None:
     # "ProfilerStep#99999999999999999999" used to fail the strict Int64 cast (whole file lost);
-    # by hand: 4 events; kept = step 3, the kernel and its launch; the unusable step is skipped
+    # by hand: 4 complete events, all kept; the unusable step number makes no step window
     ev = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 0, "dur": 50},
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#99999999999999999999", "ts": 60, "dur": 50},
@@ -273,5 +283,5 @@ def test_profiler_step_number_past_int64_is_skipped_not_fatal(tmp_path: Path) ->
     p = tmp_path / "rank_0.json"
     p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
     c = _read(p)
-    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (4, 3, 0, 1)
+    assert (c.lines, c.rows_ok, c.rows_rejected, c.rows_skipped) == (4, 4, 0, 0)
     assert sorted(c.tables["rank_times"]["step"].unique().to_list()) == [3]

@@ -1,4 +1,5 @@
-"""PyTorch profiler (Kineto) Chrome traces, one JSON(.gz) per rank -> ``rank_times``.
+"""PyTorch profiler (Kineto) Chrome traces, one JSON(.gz) per rank -> ``rank_times`` and the
+``trace_*`` tables (every GPU and CPU-side event, with its step, RL stage and call stack).
 
 A trace is one JSON object whose ``traceEvents`` array holds every event; a real one is often
 hundreds of MB to GBs. It is streamed, never loaded whole:
@@ -9,17 +10,19 @@ hundreds of MB to GBs. It is streamed, never loaded whole:
    quotes -> in-string mask -> bracket depth; the commas at depth 0 of the array separate
    events), the way simdjson's stage 1 does it — no Python loop per event or per byte;
 3. the events of the chunk become NDJSON and Polars' ``read_ndjson`` parses only the fields the
-   breakdown needs (ph, cat, name, ts, dur, args.stream/correlation/device);
-4. only ProfilerStep windows, GPU events (kernel/memcpy/memset: ts, dur, correlation, kind) and
-   launch events (ts, correlation) are kept, as Polars columns: memory is bounded by the chunk
-   plus those few columns of one rank.
+   analyses need (ph, cat, name, ts, dur, pid, tid, args.stream/correlation/device/bytes/bandwidth);
+4. complete events (``ph: X`` with ts, dur and cat) are kept as a few Polars columns: GPU events
+   (a ``stream`` and a ``correlation``) and CPU-side ones ("ops": cpu_op, user_annotation,
+   cuda_runtime, python_function, gpu_user_annotation, ...). Memory is bounded by the chunk plus
+   those columns of one rank (about 100 bytes an event; HTA's pandas frames hold ~1 KB an event).
 
-The breakdown itself is :mod:`analyses.kineto_breakdown` (HTA's definitions).
+The per-rank model (steps, RL stages, HTA's window, call stacks) is :mod:`analyses.trace.model`;
+the per-step breakdown in ``rank_times`` is :mod:`analyses.kineto_breakdown` (HTA's definitions).
 
-Line accounting (``lines`` = trace events): ProfilerStep, GPU and launch events are ``rows_ok``;
-every other event (cpu_op, python_function, flow, metadata, annotations, and a ProfilerStep whose
-number does not fit an Int64) is ``rows_skipped`` by the documented rule "not needed for the GPU
-time breakdown".
+Line accounting (``lines`` = trace events): complete events are ``rows_ok`` (each is a row of
+``trace_kernels`` or ``trace_ops``); every other event (metadata ``M``, flows ``s``/``f``, instant
+and counter events, the ``Trace`` span, an event without ts/dur/cat) is ``rows_skipped`` by the
+documented rule "not a complete event: no duration to analyse" (HTA drops the same events).
 
 Truncation rule: a file that ends inside ``traceEvents`` (trace cut mid-write, or a truncated
 gzip) keeps every complete event before the cut; the cut itself counts as one line, rejected
@@ -41,10 +44,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from analyses.kineto_breakdown import assign_steps, has_sub_us, hta_round, kernel_kind, step_rows
+from analyses.kineto_breakdown import has_sub_us, hta_round, step_rows
 from analyses.readers import limits
 from analyses.readers.base import Chunk, FileContext, ReaderBase, UnreadableFile, rejects_frame
 from analyses.readers.json_scan import ScanState, Structure, structure
+from analyses.trace.model import GPU_SCHEMA, OPS_SCHEMA, RankTrace, build, profiler_steps
 
 READ_BYTES = 4 << 20  # compressed bytes per read
 FEED_BYTES = 64 << 10  # compressed bytes per decompress call: corrupt data loses only its slice
@@ -57,10 +61,12 @@ _EVENT_SCHEMA = {
     "name": pl.String,
     "ts": pl.Float64,
     "dur": pl.Float64,
+    "pid": pl.String,  # ints in most traces, strings in some ("Spans"): kept as written
+    "tid": pl.String,
     # strings: some traces write non-numeric streams; HTA treats those as "not a GPU event"
-    "args": pl.Struct({"stream": pl.String, "correlation": pl.String, "device": pl.String}),
+    "args": pl.Struct({"stream": pl.String, "correlation": pl.String, "device": pl.String, "bytes": pl.String,
+                       "memory bandwidth (GB/s)": pl.String}),
 }
-_STEP_RE = r"^ProfilerStep\s*#\s*(\d+)$"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _TRACE_EVENTS = b'"traceEvents"'
 _ARRAY_OPEN = re.compile(rb"\s*:\s*\[")
@@ -142,9 +148,12 @@ def _ndjson(seg: np.ndarray, st: Structure, offset: int, start_depth: int) -> np
 
 def _count_records(block: np.ndarray) -> int:
     """Non-blank lines of an NDJSON block."""
-    ws = (block == 32) | (block == 9) | (block == 10) | (block == 13)
-    line_of = np.cumsum(block == 10)
-    return int(np.unique(line_of[~ws]).size)
+    if block.size == 0:
+        return 0
+    nonblank = ~((block == 32) | (block == 9) | (block == 10) | (block == 13))
+    starts = np.concatenate(([0], np.flatnonzero(block == 10) + 1))
+    starts = starts[starts < block.size]
+    return int(np.count_nonzero(np.logical_or.reduceat(nonblank, starts)))
 
 
 @dataclass
@@ -251,6 +260,7 @@ class _Split:
             if len(line) > self.max_event:
                 self.refused.append((no, f"line_too_long: event of {len(line)} bytes, over the {self.max_event}-byte "
                                      "limit; not read", line[:500].decode("utf-8", "replace")))
+                kept.append(b"{}")  # keeps the events after it at their numbers; selects nothing
             else:
                 kept.append(line)
             no += 1
@@ -291,17 +301,31 @@ class _Split:
 
 @dataclass
 class RankEvents:
-    """The events of one rank the breakdown needs, as Polars frames (times in µs)."""
+    """The complete events of one rank (times in µs): ``gpu`` and ``ops`` frames
+    (:data:`analyses.trace.model.GPU_SCHEMA` / ``OPS_SCHEMA``), with their event number ``ev``."""
 
-    steps: pl.DataFrame  # step, ts, dur
-    gpu: pl.DataFrame  # ts, dur, correlation, stream, device, kind
-    launches: pl.DataFrame  # ts, correlation
+    gpu: pl.DataFrame
+    ops: pl.DataFrame
     metadata: dict
     n_events: int  # complete events in the file
-    n_kept: int
     truncated: bool
     partial: bytes
+    ns_resolution: bool  # sub-microsecond timestamps (rounded as HTA does unless rounding="none")
     bad_blocks: list[tuple[int, str, str]] = field(default_factory=list)  # (event_no, reason, raw)
+
+    @property
+    def n_kept(self) -> int:
+        return self.gpu.height + self.ops.height
+
+    @property
+    def steps(self) -> pl.DataFrame:
+        """ProfilerStep windows: step, ts, dur."""
+        return profiler_steps(self.ops)
+
+    @property
+    def launches(self) -> pl.DataFrame:
+        """CPU-side events with a correlation (the launches of GPU work): ev, ts, correlation."""
+        return self.ops.filter(pl.col("correlation") >= 0).select("ev", "ts", "correlation")
 
 
 _PARSE_ERRORS = (pl.exceptions.PolarsError, pl.exceptions.PanicException)
@@ -312,13 +336,13 @@ def _read_events(data: bytes) -> pl.DataFrame:
 
 
 def _parse_block(block: bytes, first_event_no: int) -> tuple[pl.DataFrame, list[tuple[int, str, str]]]:
-    """Parse an NDJSON block of events; an event the parser refuses (broken JSON, NaN, invalid
-    UTF-8, nested too deep) is rejected on its own.
+    """Parse an NDJSON block of events (column ``ev``: each one's number in the file); an event
+    the parser refuses (broken JSON, NaN, invalid UTF-8, nested too deep) is rejected on its own.
 
     Rare path: when the block fails, it is bisected (halves parsed again) down to the bad
     events, so k bad events among n cost O(k log n) parses, each by the same parser."""
     try:
-        return _read_events(block), []
+        return _numbered(_read_events(block), first_event_no), []
     except _PARSE_ERRORS:
         pass
     lines = [ln for ln in block.split(b"\n") if ln.strip()]
@@ -327,7 +351,7 @@ def _parse_block(block: bytes, first_event_no: int) -> tuple[pl.DataFrame, list[
 
     def bisect(lo: int, hi: int) -> None:
         try:
-            frames.append(_read_events(b"\n".join(lines[lo:hi])))
+            frames.append(_numbered(_read_events(b"\n".join(lines[lo:hi])), first_event_no + lo))
             return
         except _PARSE_ERRORS as exc:
             if hi - lo == 1:
@@ -340,91 +364,77 @@ def _parse_block(block: bytes, first_event_no: int) -> tuple[pl.DataFrame, list[
 
     if lines:
         bisect(0, len(lines))
-    df = pl.concat(frames) if frames else pl.DataFrame(schema=_EVENT_SCHEMA)
+    df = pl.concat(frames) if frames else _numbered(pl.DataFrame(schema=_EVENT_SCHEMA), first_event_no)
     return df, bad
 
 
-def _select(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(steps, gpu, launches) of a parsed block, only the needed columns."""
+def _numbered(df: pl.DataFrame, first_no: int) -> pl.DataFrame:
+    return df.with_columns(ev=pl.int_range(pl.len(), dtype=pl.Int64) + first_no)
+
+
+def _select(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(gpu, ops) of a parsed block: the complete events, only the needed columns."""
+    args = pl.col("args").struct
     a = df.lazy().with_columns(
-        stream=pl.col("args").struct.field("stream").cast(pl.Int64, strict=False),
-        correlation=pl.col("args").struct.field("correlation").cast(pl.Int64, strict=False),
-        device=pl.col("args").struct.field("device").cast(pl.Int64, strict=False),
-        has_stream=pl.col("args").struct.field("stream").is_not_null(),
+        stream=args.field("stream").cast(pl.Int64, strict=False),
+        correlation=args.field("correlation").cast(pl.Int64, strict=False),
+        device=args.field("device").cast(pl.Int64, strict=False),
     )
     x = a.filter(
         (pl.col("ph") == "X")
         & pl.col("dur").is_not_null()
         & pl.col("ts").is_not_null()
         & pl.col("cat").is_not_null()
+        & (pl.col("cat") != "Trace")  # the whole-trace span (HTA drops it too)
     )
-    # the CPU-side ProfilerStep; newer traces also mirror it on the GPU timeline
-    # (gpu_user_annotation), which must not count as a second window
-    steps = x.filter(
-        ~pl.col("has_stream") & ~pl.col("cat").str.starts_with("gpu_") & pl.col("name").str.contains(_STEP_RE)
-    ).select(step=pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int64, strict=False), ts="ts", dur="dur")
-    steps = steps.filter(pl.col("step").is_not_null())  # a step number past Int64: not a window
-    gpu = x.filter((pl.col("stream") >= 0) & (pl.col("correlation") >= 0)).select(
-        "ts", "dur", "correlation", "stream", "device", kind=kernel_kind(pl.col("name"))
-    )
-    launches = x.filter(~pl.col("has_stream") & (pl.col("correlation") >= 0)).select("ts", "correlation")
-    s, g, la = pl.collect_all([steps, gpu, launches])
-    return s, g, la
+    is_gpu = ((pl.col("stream") >= 0) & (pl.col("correlation") >= 0)).fill_null(False)
+    gpu = x.filter(is_gpu).select(
+        *GPU_SCHEMA.keys() - {"bytes", "memory_bw_gbps"},
+        bytes=args.field("bytes").cast(pl.Int64, strict=False),
+        memory_bw_gbps=args.field("memory bandwidth (GB/s)").cast(pl.Float64, strict=False),
+    ).select(list(GPU_SCHEMA))
+    ops = x.filter(~is_gpu).select(list(OPS_SCHEMA))
+    g, o = pl.collect_all([gpu, ops])
+    return g, o
 
 
 def load_rank_events(path: Path, chunk_bytes: int = CHUNK_BYTES, rounding: str = "hta") -> RankEvents:
-    """Stream one rank's trace into the frames the breakdown needs.
+    """Stream one rank's trace into the frames the analyses need.
 
     ``rounding="hta"`` rounds ns-resolution traces to whole µs as HTA does (see
-    :func:`analyses.kineto_breakdown.hta_round`); ``"none"`` keeps the exact times.
+    :func:`analyses.kineto_breakdown.hta_round`); ``"none"`` keeps the exact times. Timestamps
+    are microseconds whatever the trace's ``displayTimeUnit`` says: the Chrome trace format
+    defines ``ts``/``dur`` in µs, and ``displayTimeUnit`` ("ms" or "ns") only tells a viewer how
+    to label them.
     """
     split = _Split()
-    steps, gpu, launches, bad = [], [], [], []
+    gpu, ops, bad = [], [], []
     cut = False
     for data, was_cut in _decompressed_chunks(path, chunk_bytes):
         cut = cut or was_cut
         for first_no, block in split.feed(data):
             df, b = _parse_block(block, first_no)
             bad.extend(b)
-            s, g, la = _select(df)
-            steps.append(s)
+            g, o = _select(df)
             gpu.append(g)
-            launches.append(la)
+            ops.append(o)
     if split.phase == "head":
         raise UnreadableFile("no traceEvents array found: not a Kineto trace, or cut before its events")
     bad.extend(split.refused)
     truncated = cut or split.phase == "events"
-    s = (
-        pl.concat(steps)
-        if steps
-        else pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Float64, "dur": pl.Float64})
-    )
-    g = (
-        pl.concat(gpu)
-        if gpu
-        else pl.DataFrame(
-            schema={
-                "ts": pl.Float64,
-                "dur": pl.Float64,
-                "correlation": pl.Int64,
-                "stream": pl.Int64,
-                "device": pl.Int64,
-                "kind": pl.String,
-            }
-        )
-    )
-    la = pl.concat(launches) if launches else pl.DataFrame(schema={"ts": pl.Float64, "correlation": pl.Int64})
-    if rounding == "hta" and any(has_sub_us(f["ts"]) for f in (s, g, la)):
-        s, g, la = hta_round(s), hta_round(g), hta_round(la)
+    g = pl.concat(gpu) if gpu else pl.DataFrame(schema=GPU_SCHEMA)
+    o = pl.concat(ops) if ops else pl.DataFrame(schema=OPS_SCHEMA)
+    ns = has_sub_us(g["ts"]) or has_sub_us(o["ts"]) or has_sub_us(g["dur"]) or has_sub_us(o["dur"])
+    if rounding == "hta" and ns:
+        g, o = hta_round(g), hta_round(o)
     return RankEvents(
-        steps=s,
         gpu=g,
-        launches=la,
+        ops=o,
         metadata=split.metadata(),
         n_events=split.n_events,
-        n_kept=s.height + g.height + la.height,
         truncated=truncated,
         partial=split.partial(),
+        ns_resolution=ns,
         bad_blocks=bad,
     )
 
@@ -471,21 +481,12 @@ class KinetoTraceReader(ReaderBase):
                     ev.partial[:500].decode("utf-8", "replace"),
                 )
             )
-        g = (
-            assign_steps(ev.gpu, ev.launches, ev.steps)
-            if ev.gpu.height
-            else ev.gpu.with_columns(launch_ts=pl.lit(None, pl.Float64), step=pl.lit(None, pl.Int64))
-        )
-        rows = (
-            step_rows(g, ev.steps)
-            if ev.steps.height
-            else pl.DataFrame(schema={"step": pl.Int64, "phase": pl.String, "seconds": pl.Float64})
-        )
-        rows = rows.with_columns(rank=pl.lit(rank, dtype=pl.Int64), source=pl.lit(self.name))
+        rt = build(ev.gpu, ev.ops)
+        tables = trace_tables(rt, ev, rank, ctx.rel_path)
         lines = ev.n_events + (1 if ev.truncated else 0)
         rejected = len(rej_rows)
         yield Chunk(
-            tables={"rank_times": rows} if rows.height else {},
+            tables={k: v for k, v in tables.items() if v.height},
             rejects=rejects_frame(
                 [r[0] for r in rej_rows], [r[1] for r in rej_rows], [r[2] for r in rej_rows]
             )
@@ -496,3 +497,42 @@ class KinetoTraceReader(ReaderBase):
             rows_rejected=rejected,
             rows_skipped=lines - ev.n_kept - rejected,
         )
+
+
+_KIND_OF_TYPE = {"COMPUTATION": "compute", "COMMUNICATION": "comm", "MEMORY": "memcpy", "OTHER": "other"}
+
+
+def trace_tables(rt: RankTrace, ev: RankEvents, rank: int | None, path: str) -> dict[str, pl.DataFrame]:
+    """The rows one rank's trace adds to ``rank_times`` and the ``trace_*`` tables."""
+    r = pl.lit(rank, dtype=pl.Int64)
+    at = pl.lit(path, dtype=pl.String)
+    k = rt.kernels
+    steps = ev.steps
+    if steps.height:
+        g = k.select(ts="ts_us", dur="dur_us", step="step",
+                     kind=pl.col("kernel_type").replace_strict(_KIND_OF_TYPE, return_dtype=pl.String))
+        times = step_rows(g, steps).with_columns(rank=r, source=pl.lit(KinetoTraceReader.name))
+    else:
+        times = pl.DataFrame(schema={"step": pl.Int64, "phase": pl.String, "seconds": pl.Float64})
+    meta = ev.metadata
+    info = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    world = info.get("world_size")
+    base_ns = meta.get("baseTimeNanoseconds")
+    unit = meta.get("displayTimeUnit")
+    ranks = pl.DataFrame([{
+        "rank": rank,
+        "world_size": world if isinstance(world, int) and not isinstance(world, bool) and 0 < world < 2**31 else None,
+        "n_events": ev.n_events,
+        "ns_resolution": ev.ns_resolution,
+        "display_time_unit": unit if isinstance(unit, str) else None,
+        "base_time_ns": base_ns if isinstance(base_ns, int) and not isinstance(base_ns, bool) and abs(base_ns) < 2**63 else None,
+        "truncated": ev.truncated,
+        "path": path,
+        **rt.facts,
+    }])
+    return {
+        "rank_times": times,
+        "trace_ranks": ranks,
+        "trace_kernels": k.with_columns(rank=r, path=at),
+        "trace_ops": rt.ops.with_columns(rank=r, path=at),
+    }

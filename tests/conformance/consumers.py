@@ -1,8 +1,10 @@
-"""Consumer tools from PyPI, each in its own cached virtual environment (never the project's).
+"""Consumer and reference tools from PyPI, each in its own cached virtual environment (never the project's).
 
-``aiperf`` and ``vidur`` are about 1.2 GB each once installed, so each lives in
+``aiperf`` and ``vidur`` (consumers of our exports) are about 1.2 GB each once installed, and ``hta``
+(Meta's HolisticTraceAnalysis, the reference our profiler-trace views are checked against,
+tests/test_trace_vs_hta.py) about 0.5 GB, so each lives in
 ``~/.cache/polytrace-conformance/<tool>-<version>/`` (``$POLYTRACE_CONFORMANCE_CACHE`` to move it),
-created on first use with ``pip install -c locks/<tool>-<version>.txt <tool>==<version>`` (the lock pins
+created on first use with ``pip install -c locks/<tool>-<version>.txt <package>==<version>`` (the lock pins
 every transitive package as installed when the version was chosen), and reused while the lock file is
 unchanged (its hash is stamped in the environment). A file lock makes concurrent first uses wait for one
 install. Drivers (``drivers/<tool>_driver.py``, sharing ``drivers/verdicts.py``) run under the environment's python, import nothing from
@@ -49,6 +51,11 @@ class Consumer:
     version: str
     loaders: tuple[str, ...]  # what its driver exercises, for the report
     extras: tuple[str, ...] = ()  # packages installed beside it (pinned by its lock file)
+    package: str = ""  # the PyPI name when it is not ``name``
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package or self.name}=={self.version}"
 
     @property
     def lock(self) -> Path:
@@ -77,6 +84,10 @@ CONSUMERS: dict[str, Consumer] = {c.name: c for c in (
     Consumer("vidur", "0.0.26", ("vidur.request_generator.TraceReplayRequestGenerator",
                                  "vidur.request_generator.TraceRequestLengthGenerator",
                                  "vidur.request_generator.TraceRequestIntervalGenerator")),
+    # HTA 0.5.0 with pandas 2.x: under pandas 3 its call graph (frequent kernel sequences) fails on every
+    # trace (`replace` no longer downcasts, np.unique(axis=0) refuses the object array)
+    Consumer("hta", "0.5.0", ("hta.trace_analysis.TraceAnalysis", "hta.trace_diff.TraceDiff"),
+             package="HolisticTraceAnalysis"),
 )}
 
 
@@ -138,7 +149,7 @@ def ensure(c: Consumer, log: Path | None = None) -> Path:
         t0 = time.monotonic()
         steps = [[_base_python(), "-m", "venv", str(c.env_dir)],
                  [str(c.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
-                  "-c", str(c.lock), f"{c.name}=={c.version}", *c.extras]]
+                  "-c", str(c.lock), c.requirement, *c.extras]]
         with open(log, "w") as fh:
             for cmd in steps:
                 fh.write("$ " + " ".join(cmd) + "\n")
@@ -151,7 +162,7 @@ def ensure(c: Consumer, log: Path | None = None) -> Path:
                 if rc != 0:
                     shutil.rmtree(c.env_dir, ignore_errors=True)
                     tail = [ln for ln in log.read_text().splitlines() if not ln.startswith("WARNING: Location")][-15:]
-                    raise ConsumerUnavailable(f"{c.name}=={c.version}: `{' '.join(cmd[:4])} ...` failed (rc {rc}); "
+                    raise ConsumerUnavailable(f"{c.requirement}: `{' '.join(cmd[:4])} ...` failed (rc {rc}); "
                                               f"log {log}:\n" + "\n".join(tail))
         _stamp(c).write_text(json.dumps({"lock_sha256": c.lock_hash(), "install_s": round(time.monotonic() - t0, 1),
                                          "size_mb": round(_size(c.env_dir) / 2**20)}))

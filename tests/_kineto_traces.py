@@ -54,9 +54,10 @@ class TraceWriter:
 
     def launch(self, kernel: str, ts: float, dur: float, stream: int = COMPUTE, tid: int = MAIN,
                launch_dur: float = 4.0, delay: float = 2.0, nbytes: int | None = None, correlation: int | None = None,
-               launch_name: str | None = None) -> float:
-        """A runtime call at ``ts`` and the GPU event it enqueues (``dur`` µs on ``stream``); returns
-        the GPU event's end."""
+               launch_name: str | None = None, start: float | None = None) -> float:
+        """A runtime call at ``ts`` and the GPU event it enqueues (``dur`` µs on ``stream``, from
+        ``start`` when given, else as soon as the launch has ended and the stream is free);
+        returns the GPU event's end."""
         self._corr += 1
         corr = correlation if correlation is not None else self._corr
         memory = kernel.startswith(("Memcpy", "Memset"))
@@ -64,7 +65,8 @@ class TraceWriter:
                                "cudaMemsetAsync" if kernel.startswith("Memset") else "cudaLaunchKernel")
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": tid, "ts": ts,
                             "dur": launch_dur, "args": {"cbid": 211, "correlation": corr}})
-        start = max(ts + launch_dur + delay, self._free.get(stream, 0.0))
+        if start is None:
+            start = max(ts + launch_dur + delay, self._free.get(stream, 0.0))
         args: dict = {"queued": 0, "device": self.device, "context": 1, "stream": stream, "correlation": corr}
         cat = "kernel"
         if memory:
@@ -110,11 +112,14 @@ class TraceWriter:
         return path
 
 
-def _verl_step(w: TraceWriter, step: int, base: float, critic: bool) -> None:
+def _verl_step(w: TraceWriter, step: int, base: float, critic: bool, sub_us: bool = False) -> None:
     """One verl PPO step as a worker's profiler sees it: generation, old/ref log-probs (values on
     the critic), the update with a forward, a backward on the autograd thread, an all-reduce that
     overlaps the backward's compute and a host-to-device copy overlapping both."""
     w.span(f"ProfilerStep#{step}", base, 10_000, cat="user_annotation")
+    if sub_us:  # a sub-µs op (rounded as HTA does: -1 µs) starting where a 0 µs op does
+        w.op("aten::empty", base + 60, 0.5)
+        w.op("aten::detach", base + 60.625, 0.0)
     w.span("generate_sequences", base + 100, 2_900, gpu_mirror=True)
     for i in range(40):  # decode steps: the CPU launches slower than the GPU runs (host wait)
         w.launch(FLASH, base + 150 + 60 * i, 30)
@@ -153,13 +158,15 @@ def verl_stages_backward_thread(d: Path, gz: bool = False, ns_offset: float | No
     for rank, critic in ((0, False), (1, True)):
         w = TraceWriter(rank=rank, world_size=2)
         for s in range(3):
-            _verl_step(w, s + 1, 1_000_000 + s * 10_000 + rank * 7, critic)
+            _verl_step(w, s + 1, 1_000_000 + s * 10_000 + rank * 7, critic, sub_us=ns_offset is not None)
         out.append(w.write(d / f"verl_rank-{rank}.json{'.gz' if gz else ''}", gz=gz, ns_offset=ns_offset))
     return out
 
 
 def ns_resolution_float_timestamps(d: Path) -> list[Path]:
-    """The verl trace set with ns-resolution timestamps (float µs, PyTorch >= 2.3), displayTimeUnit ms."""
+    """The verl trace set with ns-resolution timestamps (float µs, PyTorch >= 2.3), displayTimeUnit ms,
+    and per step a sub-µs op whose rounded duration is -1 µs next to a 0 µs one (which HTA's call
+    graph refuses: ``ValueError: Unexpected case``)."""
     return verl_stages_backward_thread(d, ns_offset=0.375)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 from analyses.atomic_output import OutputRefused, WriteFailed
-from analyses.cli import alerts, compare, export, fidelity, fit, ingest, query, report, runs
+from analyses.cli import alerts, compare, export, fidelity, fit, ingest, query, report, runs, trace_diff
 from analyses.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Command, UsageError
 from analyses.objectstore import StoreError
 
@@ -25,6 +25,7 @@ COMMANDS: tuple[Command, ...] = (
     export.SAMPLE,
     fidelity.COMMAND,
     alerts.COMMAND,
+    trace_diff.COMMAND,
 )
 
 

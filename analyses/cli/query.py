@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import shutil
 import sys
@@ -111,6 +112,24 @@ def _table(frames: Iterator[pl.DataFrame], out: TextIO) -> None:
 
 
 PRINTERS = {"table": _table, "csv": _csv, "json": _json}
+
+
+def _as_json(col: str) -> pl.Expr:
+    """A nested column as its JSON text, columnar (wrapped in a struct, encoded, the value taken back out)."""
+    return pl.struct(pl.col(col).alias("v")).struct.json_encode().str.json_path_match("$.v").alias(col)
+
+
+def print_frame(df: pl.DataFrame, fmt: str, out: TextIO | None = None) -> None:
+    """A frame computed outside DuckDB's text (e.g. ``trace-diff``) as the query command prints its
+    results: a table, CSV (lists and structs as their JSON text) or a JSON array of objects."""
+    out = out or sys.stdout
+    if fmt == "csv":
+        nested = [c for c, t in df.schema.items() if isinstance(t, pl.List | pl.Array | pl.Struct)]
+        _csv(iter([df.with_columns(_as_json(c) for c in nested) if nested else df]), out)
+    elif fmt == "json":
+        out.write(json.dumps(df.to_dicts(), default=str) + "\n")
+    else:
+        _table(iter([df]), out)
 
 
 class _Deadline:

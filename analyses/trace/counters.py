@@ -48,7 +48,8 @@ p AS (
     SELECT run_id, path, rank, stream, ts_us, -1, ev, stage, step FROM k
 )
 SELECT run_id, path, rank, stream, ts_us, d, stage, step,
-       sum(d) OVER (PARTITION BY run_id, path, stream ORDER BY {order} ROWS UNBOUNDED PRECEDING) AS queue_length,
+       CAST(sum(d) OVER (PARTITION BY run_id, path, stream ORDER BY {order} ROWS UNBOUNDED PRECEDING) AS BIGINT)
+           AS queue_length,
        lead(ts_us) OVER (PARTITION BY run_id, path, stream ORDER BY {order}) - ts_us AS hold_us
 FROM p"""
 

@@ -73,7 +73,7 @@ def _resolve(con: duckdb.DuckDBPyConnection, sel: TraceSelection) -> TraceSelect
 
 def _summary(con: duckdb.DuckDBPyConnection, sel: TraceSelection, device: str) -> pl.DataFrame:
     dev = {"all": "", "cpu": " AND device = 'CPU'", "gpu": " AND device = 'GPU'"}[device]
-    sql = (f"SELECT name, sum(counts) AS counts, sum(total_duration_s) AS total_duration_s FROM trace_op_summary "
+    sql = (f"SELECT name, CAST(sum(counts) AS BIGINT) AS counts, sum(total_duration_s) AS total_duration_s FROM trace_op_summary "
            f"WHERE run_id = ? AND list_contains(?, rank) AND list_contains(?, step){dev}"
            + (" AND stage IS NOT DISTINCT FROM ?" if sel.stage else "") + " GROUP BY name")
     params = [sel.run_id, list(sel.ranks or ()), list(sel.steps or ())] + ([sel.stage] if sel.stage else [])

@@ -104,5 +104,5 @@ def grouped_top(source: str, part: tuple[str, ...], num: int, duration_ratio: fl
     )
     SELECT {lead(part)}name, s, mx, mn, mean, sd, n, false AS is_others FROM g WHERE NOT grouped
     UNION ALL
-    SELECT {lead(part)}'others', sum(s), max(s), min(s), avg(s), coalesce(stddev_samp(s), 0), sum(n), true
+    SELECT {lead(part)}'others', sum(s), max(s), min(s), avg(s), coalesce(stddev_samp(s), 0), CAST(sum(n) AS BIGINT), true
     FROM g WHERE grouped GROUP BY ALL"""

@@ -22,7 +22,8 @@ test: $(STAMP)
 	$(PY) -m ruff check analyses pipelines tests benchmarks sample_logs
 	$(PY) -m pytest -n 2 --dist loadgroup -q
 
-# Consumer tools (aiperf, vidur) in their own cached venvs under ~/.cache/polytrace-conformance
+# Consumer tools (aiperf, vidur) and the trace reference (HolisticTraceAnalysis 0.5.0, tests/test_trace_vs_hta.py)
+# in their own cached venvs under ~/.cache/polytrace-conformance
 # ($$POLYTRACE_CONFORMANCE_CACHE), never in .venv; a no-op once installed (keyed by version and lock file).
 conformance-env: $(STAMP)
 	$(PY) tests/conformance/consumers.py install

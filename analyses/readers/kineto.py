@@ -53,6 +53,7 @@ from analyses.trace.model import GPU_SCHEMA, OPS_SCHEMA, RankTrace, build, profi
 READ_BYTES = 4 << 20  # compressed bytes per read
 FEED_BYTES = 64 << 10  # compressed bytes per decompress call: corrupt data loses only its slice
 CHUNK_BYTES = 16 << 20  # decompressed bytes per structural scan (~4x that in scratch)
+SLICE_ROWS = 65_536  # trace_kernels / trace_ops rows per staged batch
 MAX_META_BYTES = 8 << 20  # cap on text kept outside traceEvents (head/tail metadata: a few KB in real traces)
 
 _EVENT_SCHEMA = {
@@ -394,7 +395,10 @@ def _select(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         memory_bw_gbps=args.field("memory bandwidth (GB/s)").cast(pl.Float64, strict=False),
     ).select(list(GPU_SCHEMA))
     ops = x.filter(~is_gpu).select(list(OPS_SCHEMA))
-    g, o = pl.collect_all([gpu, ops])
+    # names repeat across millions of events: kept Categorical (about 100 bytes an event less than
+    # String here, whose views pin the parser's buffers); the tables get them back as String
+    text = pl.col("cat", "name", "pid", "tid").cast(pl.Categorical)
+    g, o = pl.collect_all([gpu.with_columns(text), ops.with_columns(text)])
     return g, o
 
 
@@ -422,8 +426,8 @@ def load_rank_events(path: Path, chunk_bytes: int = CHUNK_BYTES, rounding: str =
         raise UnreadableFile("no traceEvents array found: not a Kineto trace, or cut before its events")
     bad.extend(split.refused)
     truncated = cut or split.phase == "events"
-    g = pl.concat(gpu) if gpu else pl.DataFrame(schema=GPU_SCHEMA)
-    o = pl.concat(ops) if ops else pl.DataFrame(schema=OPS_SCHEMA)
+    g = pl.concat(gpu, rechunk=False) if gpu else pl.DataFrame(schema=GPU_SCHEMA)
+    o = pl.concat(ops, rechunk=False) if ops else pl.DataFrame(schema=OPS_SCHEMA)
     ns = has_sub_us(g["ts"]) or has_sub_us(o["ts"]) or has_sub_us(g["dur"]) or has_sub_us(o["dur"])
     if rounding == "hta" and ns:
         g, o = hta_round(g), hta_round(o)
@@ -472,6 +476,7 @@ class KinetoTraceReader(ReaderBase):
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         ev = load_rank_events(ctx.path)
         rank = rank_of(ev.metadata, ctx.path)
+        n_events, n_kept, truncated = ev.n_events, ev.n_kept, ev.truncated
         rej_rows = list(ev.bad_blocks)
         if ev.truncated:
             rej_rows.append(
@@ -483,8 +488,10 @@ class KinetoTraceReader(ReaderBase):
             )
         rt = build(ev.gpu, ev.ops)
         tables = trace_tables(rt, ev, rank, ctx.rel_path)
-        lines = ev.n_events + (1 if ev.truncated else 0)
+        del rt, ev  # the tables hold what is left
+        lines = n_events + (1 if truncated else 0)
         rejected = len(rej_rows)
+        ops, kernels = tables.pop("trace_ops"), tables.pop("trace_kernels")
         yield Chunk(
             tables={k: v for k, v in tables.items() if v.height},
             rejects=rejects_frame(
@@ -493,19 +500,25 @@ class KinetoTraceReader(ReaderBase):
             if rej_rows
             else None,
             lines=lines,
-            rows_ok=ev.n_kept,
+            rows_ok=n_kept,
             rows_rejected=rejected,
-            rows_skipped=lines - ev.n_kept - rejected,
+            rows_skipped=lines - n_kept - rejected,
         )
+        # a trace's events are staged in slices, so each slice's Arrow copy (the Parquet writer's
+        # input, names spelled out) is small; the slices share the frames' memory
+        ids = {"rank": pl.lit(rank, dtype=pl.Int64), "path": pl.lit(ctx.rel_path, dtype=pl.String)}
+        for name, frame in (("trace_kernels", kernels), ("trace_ops", ops)):
+            for at in range(0, frame.height, SLICE_ROWS):
+                yield Chunk(tables={name: frame.slice(at, SLICE_ROWS).with_columns(**ids)})
 
 
 _KIND_OF_TYPE = {"COMPUTATION": "compute", "COMMUNICATION": "comm", "MEMORY": "memcpy", "OTHER": "other"}
 
 
 def trace_tables(rt: RankTrace, ev: RankEvents, rank: int | None, path: str) -> dict[str, pl.DataFrame]:
-    """The rows one rank's trace adds to ``rank_times`` and the ``trace_*`` tables."""
+    """The rows one rank's trace adds to ``rank_times`` and the ``trace_*`` tables (``trace_kernels``
+    and ``trace_ops`` without their ``rank`` and ``path``, which the reader adds slice by slice)."""
     r = pl.lit(rank, dtype=pl.Int64)
-    at = pl.lit(path, dtype=pl.String)
     k = rt.kernels
     steps = ev.steps
     if steps.height:
@@ -533,6 +546,6 @@ def trace_tables(rt: RankTrace, ev: RankEvents, rank: int | None, path: str) -> 
     return {
         "rank_times": times,
         "trace_ranks": ranks,
-        "trace_kernels": k.with_columns(rank=r, path=at),
-        "trace_ops": rt.ops.with_columns(rank=r, path=at),
+        "trace_kernels": k,
+        "trace_ops": rt.ops,
     }

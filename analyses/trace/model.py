@@ -63,12 +63,19 @@ OPS_SCHEMA = {"ev": pl.Int64, "ts": pl.Float64, "dur": pl.Float64, "correlation"
 
 def kernel_type(name: pl.Expr) -> pl.Expr:
     """HTA's kernel type of a GPU event name (``get_kernel_type``)."""
+    name = name.cast(pl.String)
     return (
         pl.when(name.str.contains(COMM_RE)).then(pl.lit("COMMUNICATION"))
         .when(name.str.contains(MEMORY_RE)).then(pl.lit("MEMORY"))
         .when(~name.str.contains(NOT_COMPUTE_RE)).then(pl.lit("COMPUTATION"))
         .otherwise(pl.lit("OTHER"))
     )
+
+
+def _s(col: str) -> pl.Expr:
+    """A text column as String: the reader keeps them Categorical (a few thousand names over millions
+    of events), the tests as String."""
+    return pl.col(col).cast(pl.String)
 
 
 @dataclass
@@ -85,28 +92,31 @@ def profiler_steps(ops: pl.DataFrame) -> pl.DataFrame:
     """The CPU-side ``ProfilerStep#N`` windows (step, ts, dur); newer traces mirror them on the GPU
     timeline (gpu_user_annotation), which is not a second window."""
     return (
-        ops.filter(~pl.col("cat").str.starts_with("gpu_") & pl.col("name").str.contains(STEP_RE))
-        .select(step=pl.col("name").str.extract(STEP_RE, 1).cast(pl.Int64, strict=False), ts="ts", dur="dur")
+        ops.filter(~_s("cat").str.starts_with("gpu_") & _s("name").str.contains(STEP_RE))
+        .select(step=_s("name").str.extract(STEP_RE, 1).cast(pl.Int64, strict=False), ts="ts", dur="dur")
         .filter(pl.col("step").is_not_null())
     )
 
 
 def step_at(frame: pl.DataFrame, at: str, steps: pl.DataFrame, out: str = "step") -> pl.DataFrame:
-    """``frame`` with column ``out``: the step whose window ``[ts, ts + dur)`` holds column ``at``."""
+    """``frame`` with column ``out``: the step whose window ``[ts, ts + dur)`` holds column ``at``
+    (the latest-starting such window). Vectorized, without reordering ``frame``."""
     if steps.height == 0 or frame.height == 0:
         return frame.with_columns(pl.lit(None, pl.Int64).alias(out))
-    win = steps.select(_step=pl.col("step"), _ws=pl.col("ts"), _we=pl.col("ts") + pl.col("dur")).sort("_ws")
-    f = frame.with_row_index("_row").sort(at, nulls_last=True)
-    f = f.join_asof(win, left_on=at, right_on="_ws", strategy="backward")
-    f = f.with_columns(pl.when(pl.col(at) < pl.col("_we")).then(pl.col("_step")).alias(out))
-    return f.sort("_row").drop("_row", "_step", "_ws", "_we")
+    win = steps.sort("ts")
+    t = frame[at].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    idx = np.searchsorted(win["ts"].to_numpy(), t, side="right") - 1
+    ends = (win["ts"] + win["dur"]).to_numpy()
+    ok = (idx >= 0) & (t < ends[np.maximum(idx, 0)])  # NaN compares False
+    picked = win["step"].gather(pl.Series(np.where(ok, idx, 0)))
+    return frame.with_columns(pl.when(pl.Series(ok)).then(picked).otherwise(None).alias(out))
 
 
 def hta_window_bounds(ops: pl.DataFrame) -> tuple[float | None, float | None]:
     """(start, end) of the last ProfilerStep as HTA finds it: over every CPU-side event whose name
     contains ``ProfilerStep`` (a GPU-side mirror included), when there are two or more such names;
     else (None, None): HTA does not filter."""
-    ps = ops.filter(pl.col("name").str.contains("ProfilerStep", literal=True))
+    ps = ops.filter(_s("name").str.contains("ProfilerStep", literal=True))
     if ps["name"].n_unique() < 2:
         return None, None
     return float(ps["ts"].max()), float((ps["ts"] + ps["dur"]).max())
@@ -132,37 +142,26 @@ def _boundary_order(lane: np.ndarray, ts: np.ndarray, dur: np.ndarray, idx: np.n
     its time, else before what closes then (HTA's comparator is not transitive when both happen
     at once; then it goes after). Returns (interval of each boundary, +1 open / -1 close)."""
     n = ts.size
-    end = ts + dur
     zero = dur == 0
-    b_iv = np.concatenate([np.arange(n), np.arange(n)])
-    b_open = np.concatenate([np.ones(n, dtype=bool), np.zeros(n, dtype=bool)])
-    b_t = np.concatenate([ts, end])
-    b_lane = np.concatenate([lane, lane])
-    b_zero = np.concatenate([zero, zero])
-    # does a non-zero interval open at this (lane, time)?
-    nz_open = b_open & ~b_zero
-    order_t = np.lexsort((b_t, b_lane))
-    lt, tt = b_lane[order_t], b_t[order_t]
-    new_grp = np.ones(order_t.size, dtype=bool)
-    new_grp[1:] = (lt[1:] != lt[:-1]) | (tt[1:] != tt[:-1])
-    grp = np.cumsum(new_grp) - 1
-    has_open = np.zeros(grp[-1] + 1 if grp.size else 0, dtype=bool)
-    np.logical_or.at(has_open, grp, nz_open[order_t])
-    b_has_open = np.empty(order_t.size, dtype=bool)
-    b_has_open[order_t] = has_open[grp]
-    # class within one (lane, time): see the docstring
-    cls = np.where(
-        b_has_open,
-        np.select([~b_zero & ~b_open, ~b_zero & b_open, b_zero & b_open], [0, 1, 2], 3),
-        np.select([b_zero & b_open, b_zero & ~b_open], [0, 1], 2),
-    )
-    b_dur = np.concatenate([dur, dur])
-    b_idx = np.concatenate([idx, idx]).astype(np.float64)
+    # where a zero-length event sits depends on whether a non-zero interval opens at its time on
+    # its lane: looked up per lane (threads: few), for the zero-length events only
+    after_opens = np.zeros(n, dtype=bool)
+    for ln in np.unique(lane[zero]):
+        on = lane == ln
+        opens_t = np.unique(ts[on & ~zero])
+        z = np.flatnonzero(on & zero)
+        after_opens[z] = np.isin(ts[z], opens_t)
+    # class at one (lane, time): zero-length events before non-zero closes (0 open, 1 close), the
+    # closes (2), the opens (3), zero-length events after non-zero opens (4 open, 5 close)
+    cls = np.concatenate([np.where(zero, np.where(after_opens, 4, 0), 3),
+                          np.where(zero, np.where(after_opens, 5, 1), 2)]).astype(np.int8)
+    del after_opens
     # within a class: opens longest first then by index; closes shortest first then by index descending
-    k1 = np.where(b_open, -b_dur, b_dur)
-    k2 = np.where(b_open, b_idx, -b_idx)
-    order = np.lexsort((k2, k1, cls, b_t, b_lane))
-    return b_iv[order], np.where(b_open[order], 1, -1)
+    k1 = np.concatenate([-dur, dur])
+    k2 = np.concatenate([idx, -idx])
+    order = np.lexsort((k2, k1, cls, np.concatenate([ts, ts + dur]), np.concatenate([lane, lane])))
+    del k1, k2, cls
+    return (order % n).astype(np.int32), np.where(order < n, 1, -1).astype(np.int8)
 
 
 def call_stack(ops: pl.DataFrame) -> pl.DataFrame:
@@ -172,39 +171,47 @@ def call_stack(ops: pl.DataFrame) -> pl.DataFrame:
     Vectorized: the boundaries are sorted once (:func:`_boundary_order`); the depth at an open is
     the running count of open intervals (HTA's stack pops whatever is on top, so this is its
     depth even for intervals that overlap without nesting), and an interval's descendants are the
-    opens between its own open and close."""
-    o = ops.with_row_index("_i").with_columns(
-        _gpu_lane=(pl.col("pid") == "0") | (pl.col("tid") == "0"),
-        _lane=pl.struct("pid", "tid").rank("dense").cast(pl.Int64),
-    )
-    cpu = o.filter(~pl.col("_gpu_lane"))
-    n = cpu.height
+    opens between its own open and close. Works on numpy columns and adds four: a trace holds
+    millions of ops, so the frame is neither filtered, joined nor reordered."""
+    gpu_lane = ((ops["pid"] == "0") | (ops["tid"] == "0")).fill_null(False).to_numpy()
+    rows = np.flatnonzero(~gpu_lane)
+    n = rows.size
+    null = pl.lit(None, pl.Int32)
     if n == 0:
-        return ops.with_columns(depth=pl.lit(None, pl.Int64), pos=pl.lit(None, pl.Int64),
-                                sub_end=pl.lit(None, pl.Int64), top_pos=pl.lit(None, pl.Int64))
-    iv, delta = _boundary_order(cpu["_lane"].to_numpy(), cpu["ts"].to_numpy(), cpu["dur"].to_numpy(),
-                                cpu["ev"].to_numpy())
-    # every lane closes what it opens, so the running count is back to 0 where the next lane starts
-    depth_before = np.cumsum(delta) - delta  # open intervals before this boundary
+        return ops.with_columns(depth=null, pos=null, sub_end=null, top_pos=null)
+    lane = ops.select(pl.struct("pid", "tid").rank("dense").cast(pl.Int32))[:, 0].to_numpy()[rows]
+    iv, delta = _boundary_order(lane, ops["ts"].to_numpy()[rows], ops["dur"].to_numpy()[rows],
+                                ops["ev"].to_numpy()[rows])
+    del lane
     opens = delta == 1
-    open_pos = np.cumsum(opens) - 1  # place of each open among all opens (lane-major)
-    pos = np.empty(n, dtype=np.int64)
-    pos[iv[opens]] = open_pos[opens]
-    depth = np.empty(n, dtype=np.int64)
-    depth[iv[opens]] = depth_before[opens]
-    # an interval's descendants: the opens before its close
-    close_idx = np.flatnonzero(~opens)
-    sub_end = np.empty(n, dtype=np.int64)
-    sub_end[iv[close_idx]] = np.cumsum(opens)[close_idx]
+    # every lane closes what it opens, so the running count is back to 0 where the next lane starts
+    running = np.cumsum(delta, dtype=np.int32)
+    # int32: a rank's trace holds far fewer than 2**31 events, and these columns are per event
+    pos = np.empty(n, dtype=np.int32)
+    depth = np.empty(n, dtype=np.int32)
+    open_iv = iv[opens]
+    pos[open_iv] = np.arange(n, dtype=np.int32)  # place of each open among all opens (lane-major)
+    depth[open_iv] = running[opens] - 1  # open intervals before it
+    del running
+    sub_end = np.empty(n, dtype=np.int32)
+    sub_end[iv[~opens]] = np.cumsum(opens, dtype=np.int32)[~opens]  # its descendants: the opens before its close
+    del iv, delta, opens, open_iv
     # top-level ancestor: the last depth-0 open at or before each open (lanes start at depth 0)
-    d_by_pos = np.empty(n, dtype=np.int64)
+    d_by_pos = np.empty(n, dtype=np.int32)
     d_by_pos[pos] = depth
-    top_by_pos = np.maximum.accumulate(np.where(d_by_pos == 0, np.arange(n), 0))
-    top_pos = top_by_pos[pos]
-    cpu = cpu.with_columns(depth=pl.Series(depth), pos=pl.Series(pos), sub_end=pl.Series(sub_end),
-                           top_pos=pl.Series(top_pos))
-    out = o.join(cpu.select("_i", "depth", "pos", "sub_end", "top_pos"), on="_i", how="left")
-    return out.sort("_i").drop("_i", "_gpu_lane", "_lane")
+    top_pos = np.maximum.accumulate(np.where(d_by_pos == 0, np.arange(n, dtype=np.int32), 0))[pos]
+    del d_by_pos
+
+    def full(a: np.ndarray) -> pl.Series:
+        out = np.full(ops.height, -1, dtype=np.int32)
+        out[rows] = a
+        return pl.Series(out)
+
+    cols = {"depth": depth, "pos": pos, "sub_end": sub_end, "top_pos": top_pos}
+    if n == ops.height:
+        return ops.with_columns(**{k: pl.Series(v) for k, v in cols.items()})
+    mask = pl.Series(~gpu_lane)
+    return ops.with_columns(**{k: pl.when(mask).then(full(v)) for k, v in cols.items()})
 
 
 def link_backward(ops: pl.DataFrame) -> pl.DataFrame:
@@ -212,12 +219,12 @@ def link_backward(ops: pl.DataFrame) -> pl.DataFrame:
     one other holds ``autograd::`` ops (backward), each backward top-level op hangs under the first
     (file order) main-lane ``## backward ##`` annotation holding it in time (else ProfilerStep):
     adds ``link_pos`` (that annotation's pos, on every op of the linked subtree) and deepens them."""
-    o = ops.with_columns(link_pos=pl.lit(None, pl.Int64))
+    o = ops.with_columns(link_pos=pl.lit(None, pl.Int32))
     lanes = (
         o.filter(pl.col("pos").is_not_null())
         .group_by("pid", "tid")
-        .agg(main=pl.col("name").str.starts_with("ProfilerStep#").any(),
-             bwd=pl.col("name").str.contains("autograd::", literal=True).any())
+        .agg(main=_s("name").str.starts_with("ProfilerStep#").any(),
+             bwd=_s("name").str.contains("autograd::", literal=True).any())
         .with_columns(label=pl.when("main").then(pl.lit("main")).when("bwd").then(pl.lit("bwd")))
     )
     mains, bwds = lanes.filter(pl.col("label") == "main"), lanes.filter(pl.col("label") == "bwd")
@@ -226,26 +233,30 @@ def link_backward(ops: pl.DataFrame) -> pl.DataFrame:
     mp, mt = mains["pid"][0], mains["tid"][0]
     bp, bt = bwds["pid"][0], bwds["tid"][0]
     main = o.filter((pl.col("pid") == mp) & (pl.col("tid") == mt))
-    parents = main.filter(pl.col("name").str.starts_with("## backward ##"))
+    parents = main.filter(_s("name").str.starts_with("## backward ##"))
     if parents.height == 0:
-        parents = main.filter(pl.col("name").str.starts_with("ProfilerStep#"))
+        parents = main.filter(_s("name").str.starts_with("ProfilerStep#"))
     parents = parents.sort("ev")
     is_bwd = (pl.col("pid") == bp) & (pl.col("tid") == bt)
     tops = o.filter(is_bwd & (pl.col("depth") == 0)).select("pos", "ts", end=pl.col("ts") + pl.col("dur"))
-    link = np.full(tops.height, -1, dtype=np.int64)
-    link_depth = np.zeros(tops.height, dtype=np.int64)
+    if tops.height == 0:
+        return o
+    link = np.full(tops.height, -1, dtype=np.int32)
+    link_depth = np.zeros(tops.height, dtype=np.int32)
     t_ts, t_end = tops["ts"].to_numpy(), tops["end"].to_numpy()
     for p in parents.iter_rows(named=True):  # one per step: few
         hit = (link < 0) & (t_ts >= p["ts"]) & (t_end <= p["ts"] + p["dur"])
         link[hit] = p["pos"]
         link_depth[hit] = p["depth"]
-    m = pl.DataFrame({"top_pos": tops["pos"], "_link": link, "_ld": link_depth}).filter(pl.col("_link") >= 0)
-    o = o.join(m, on="top_pos", how="left")
-    return o.with_columns(
-        link_pos=pl.when(is_bwd).then(pl.col("_link")),
-        depth=pl.when(is_bwd & pl.col("_link").is_not_null()).then(pl.col("depth") + pl.col("_ld") + 1)
-        .otherwise(pl.col("depth")),
-    ).drop("_link", "_ld")
+    # each op of the backward lane takes its top-level op's link (tops are in pos order)
+    tp = tops["pos"].to_numpy()
+    top = o["top_pos"].fill_null(-1).to_numpy()
+    i = np.clip(np.searchsorted(tp, top), 0, tp.size - 1)
+    bwd = o.select(is_bwd)[:, 0].fill_null(False).to_numpy()
+    hit = bwd & (tp[i] == top) & (link[i] >= 0)
+    h = pl.Series(hit)
+    return o.with_columns(link_pos=pl.when(h).then(pl.Series(link[i])),
+                          depth=pl.col("depth") + pl.when(h).then(pl.Series(link_depth[i] + 1)).otherwise(0))
 
 
 def _subtree_sums(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
@@ -253,7 +264,7 @@ def _subtree_sums(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     as HTA's get_cpu_gpu_correlation) whose launch sits in the op's subtree, directly or through
     the backward link."""
     k = kernels.filter(pl.col("in_hta_window") & (pl.col("stream") > 0) & pl.col("launch_pos").is_not_null())
-    counts = np.zeros(ops.height, dtype=np.int64)
+    counts = np.zeros(ops.height, dtype=np.int32)
     durs = np.zeros(ops.height, dtype=np.float64)
     lo = ops["pos"].fill_null(-1).to_numpy()
     hi = ops["sub_end"].fill_null(-1).to_numpy()

@@ -46,11 +46,13 @@ def _patterns(roots: str, operator_col: str) -> str:
     k = f"(SELECT run_id, path, ev, name, ts_us, dur_us, launch_pos, link_pos FROM {WINDOW_KERNELS} WHERE stream > 0)"
     return f"""
 WITH r AS ({roots}),
-m AS (
+m AS (  -- a kernel is in a root's subtree through its launch or its backward link: two range joins
     SELECT r.run_id, r.path, r.rank, r.ev AS root_ev, r.name AS root_name, {operator_col} AS operator,
            r.dur_us AS op_dur_us, r.kernel_dur_sum_us, k.ev AS k_ev, k.name AS k_name, k.ts_us AS k_ts
-    FROM r JOIN {k} k ON k.run_id = r.run_id AND k.path = r.path
-     AND ((k.launch_pos >= r.pos AND k.launch_pos < r.sub_end) OR (k.link_pos >= r.pos AND k.link_pos < r.sub_end))
+    FROM r JOIN {k} k ON k.run_id = r.run_id AND k.path = r.path AND k.launch_pos >= r.pos AND k.launch_pos < r.sub_end
+    UNION ALL
+    SELECT r.run_id, r.path, r.rank, r.ev, r.name, {operator_col}, r.dur_us, r.kernel_dur_sum_us, k.ev, k.name, k.ts_us
+    FROM r JOIN {k} k ON k.run_id = r.run_id AND k.path = r.path AND k.link_pos >= r.pos AND k.link_pos < r.sub_end
 ),
 p AS (
     SELECT run_id, path, rank, operator, root_ev, any_value(op_dur_us) AS op_dur_us,

@@ -59,7 +59,7 @@ _SPAN_TO_STAGE: dict[str, str] = {span: s.name for s in STAGES for span in s.spa
 
 def normalize(name: pl.Expr) -> pl.Expr:
     """A span name as the registry spells it: lower case, without spaces and HTA's ``#`` fences."""
-    return name.str.strip_chars(" #\t").str.to_lowercase()
+    return name.cast(pl.String).str.strip_chars(" #\t").str.to_lowercase()
 
 
 def stage_of_name(name: pl.Expr) -> pl.Expr:

@@ -397,7 +397,7 @@ def _select(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     ops = x.filter(~is_gpu).select(list(OPS_SCHEMA))
     # names repeat across millions of events: kept Categorical (about 100 bytes an event less than
     # String here, whose views pin the parser's buffers); the tables get them back as String
-    text = pl.col("cat", "name", "pid", "tid").cast(pl.Categorical)
+    text = [pl.col("cat", "name", "pid", "tid").cast(pl.Categorical), pl.col("ev").cast(pl.Int32)]
     g, o = pl.collect_all([gpu.with_columns(text), ops.with_columns(text)])
     return g, o
 
@@ -426,8 +426,8 @@ def load_rank_events(path: Path, chunk_bytes: int = CHUNK_BYTES, rounding: str =
         raise UnreadableFile("no traceEvents array found: not a Kineto trace, or cut before its events")
     bad.extend(split.refused)
     truncated = cut or split.phase == "events"
-    g = pl.concat(gpu, rechunk=False) if gpu else pl.DataFrame(schema=GPU_SCHEMA)
-    o = pl.concat(ops, rechunk=False) if ops else pl.DataFrame(schema=OPS_SCHEMA)
+    g = pl.concat(gpu) if gpu else pl.DataFrame(schema=GPU_SCHEMA)
+    o = pl.concat(ops) if ops else pl.DataFrame(schema=OPS_SCHEMA)
     ns = has_sub_us(g["ts"]) or has_sub_us(o["ts"]) or has_sub_us(g["dur"]) or has_sub_us(o["dur"])
     if rounding == "hta" and ns:
         g, o = hta_round(g), hta_round(o)

@@ -102,13 +102,13 @@ def step_at(frame: pl.DataFrame, at: str, steps: pl.DataFrame, out: str = "step"
     """``frame`` with column ``out``: the step whose window ``[ts, ts + dur)`` holds column ``at``
     (the latest-starting such window). Vectorized, without reordering ``frame``."""
     if steps.height == 0 or frame.height == 0:
-        return frame.with_columns(pl.lit(None, pl.Int64).alias(out))
+        return frame.with_columns(pl.lit(None, pl.Int32).alias(out))
     win = steps.sort("ts")
     t = frame[at].cast(pl.Float64).fill_null(np.nan).to_numpy()
     idx = np.searchsorted(win["ts"].to_numpy(), t, side="right") - 1
     ends = (win["ts"] + win["dur"]).to_numpy()
     ok = (idx >= 0) & (t < ends[np.maximum(idx, 0)])  # NaN compares False
-    picked = win["step"].gather(pl.Series(np.where(ok, idx, 0)))
+    picked = win["step"].cast(pl.Int32, strict=False).gather(pl.Series(np.where(ok, idx, 0)))
     return frame.with_columns(pl.when(pl.Series(ok)).then(picked).otherwise(None).alias(out))
 
 
@@ -168,50 +168,49 @@ def call_stack(ops: pl.DataFrame) -> pl.DataFrame:
     """``ops`` (one rank) with ``depth``, ``pos``, ``sub_end`` and ``top_pos`` (the pos of its
     top-level ancestor) per pid/tid lane; lanes HTA takes for GPU lanes (pid or tid 0) get nulls.
 
-    Vectorized: the boundaries are sorted once (:func:`_boundary_order`); the depth at an open is
-    the running count of open intervals (HTA's stack pops whatever is on top, so this is its
-    depth even for intervals that overlap without nesting), and an interval's descendants are the
-    opens between its own open and close. Works on numpy columns and adds four: a trace holds
-    millions of ops, so the frame is neither filtered, joined nor reordered."""
+    Vectorized per lane (threads: a few): the boundaries are sorted once (:func:`_boundary_order`);
+    the depth at an open is the running count of open intervals (HTA's stack pops whatever is on
+    top, so this is its depth even for intervals that overlap without nesting), and an interval's
+    descendants are the opens between its own open and close. ``pos`` is unique within the rank
+    (lanes one after the other). Works on numpy columns and adds four: a trace holds millions of
+    ops, so the frame is neither filtered, joined nor reordered, and the scratch is one lane's."""
     gpu_lane = ((ops["pid"] == "0") | (ops["tid"] == "0")).fill_null(False).to_numpy()
     rows = np.flatnonzero(~gpu_lane)
-    n = rows.size
-    null = pl.lit(None, pl.Int32)
-    if n == 0:
+    if rows.size == 0:
+        null = pl.lit(None, pl.Int32)
         return ops.with_columns(depth=null, pos=null, sub_end=null, top_pos=null)
     lane = ops.select(pl.struct("pid", "tid").rank("dense").cast(pl.Int32))[:, 0].to_numpy()[rows]
-    iv, delta = _boundary_order(lane, ops["ts"].to_numpy()[rows], ops["dur"].to_numpy()[rows],
-                                ops["ev"].to_numpy()[rows])
+    rows = rows[np.argsort(lane, kind="stable")]  # lane-major
+    lane.sort()
+    bounds = np.flatnonzero(np.diff(lane)) + 1
     del lane
-    opens = delta == 1
-    # every lane closes what it opens, so the running count is back to 0 where the next lane starts
-    running = np.cumsum(delta, dtype=np.int32)
+    ts, dur, ev = ops["ts"].to_numpy(), ops["dur"].to_numpy(), ops["ev"].to_numpy()
     # int32: a rank's trace holds far fewer than 2**31 events, and these columns are per event
-    pos = np.empty(n, dtype=np.int32)
-    depth = np.empty(n, dtype=np.int32)
-    open_iv = iv[opens]
-    pos[open_iv] = np.arange(n, dtype=np.int32)  # place of each open among all opens (lane-major)
-    depth[open_iv] = running[opens] - 1  # open intervals before it
-    del running
-    sub_end = np.empty(n, dtype=np.int32)
-    sub_end[iv[~opens]] = np.cumsum(opens, dtype=np.int32)[~opens]  # its descendants: the opens before its close
-    del iv, delta, opens, open_iv
-    # top-level ancestor: the last depth-0 open at or before each open (lanes start at depth 0)
-    d_by_pos = np.empty(n, dtype=np.int32)
-    d_by_pos[pos] = depth
-    top_pos = np.maximum.accumulate(np.where(d_by_pos == 0, np.arange(n, dtype=np.int32), 0))[pos]
-    del d_by_pos
-
-    def full(a: np.ndarray) -> pl.Series:
-        out = np.full(ops.height, -1, dtype=np.int32)
-        out[rows] = a
-        return pl.Series(out)
-
-    cols = {"depth": depth, "pos": pos, "sub_end": sub_end, "top_pos": top_pos}
-    if n == ops.height:
+    cols = {c: np.full(ops.height, -1, dtype=np.int32) for c in ("depth", "pos", "sub_end", "top_pos")}
+    offset = 0
+    for r in np.split(rows, bounds):
+        n = r.size
+        iv, delta = _boundary_order(np.zeros(n, dtype=np.int8), ts[r], dur[r], ev[r])
+        opens = delta == 1
+        running = np.cumsum(delta, dtype=np.int32)
+        pos = np.empty(n, dtype=np.int32)
+        depth = np.empty(n, dtype=np.int32)
+        pos[iv[opens]] = np.arange(n, dtype=np.int32)  # place of each open among the lane's opens
+        depth[iv[opens]] = running[opens] - 1  # open intervals before it
+        sub_end = np.empty(n, dtype=np.int32)
+        sub_end[iv[~opens]] = np.cumsum(opens, dtype=np.int32)[~opens]  # descendants: opens before its close
+        del iv, delta, opens, running
+        # top-level ancestor: the last depth-0 open at or before each open
+        d_by_pos = np.empty(n, dtype=np.int32)
+        d_by_pos[pos] = depth
+        top = np.maximum.accumulate(np.where(d_by_pos == 0, np.arange(n, dtype=np.int32), 0))[pos]
+        for c, a in (("depth", depth), ("pos", pos + offset), ("sub_end", sub_end + offset), ("top_pos", top + offset)):
+            cols[c][r] = a
+        offset += n
+    if rows.size == ops.height:
         return ops.with_columns(**{k: pl.Series(v) for k, v in cols.items()})
     mask = pl.Series(~gpu_lane)
-    return ops.with_columns(**{k: pl.when(mask).then(full(v)) for k, v in cols.items()})
+    return ops.with_columns(**{k: pl.when(mask).then(pl.Series(v)) for k, v in cols.items()})
 
 
 def link_backward(ops: pl.DataFrame) -> pl.DataFrame:
@@ -298,7 +297,7 @@ def build(gpu: pl.DataFrame, ops: pl.DataFrame, include_last_step: bool = False)
     o = ops.with_columns(in_hta_window=op_win)
     o = step_at(o, "ts", steps)
     o = stage_at(o, "ts", timeline)
-    o = link_backward(call_stack(o))
+    o = link_backward(call_stack(o)).drop("top_pos")
 
     # --- GPU side: launch, window, step, stage
     window_corr = o.filter(pl.col("in_hta_window") & (pl.col("correlation") >= 0))["correlation"].unique()
@@ -327,7 +326,7 @@ def build(gpu: pl.DataFrame, ops: pl.DataFrame, include_last_step: bool = False)
         "hta_span_us": (_max(win_ts) - _min(win_ts)) if win_ts.len() else None,
         "stage_spans": spans.filter(pl.col("stage").is_not_null()).height,
     }
-    return RankTrace(kernels=k, ops=o.drop("top_pos"), facts=facts)
+    return RankTrace(kernels=k, ops=o, facts=facts)
 
 
 def _min(s: pl.Series) -> float | None:

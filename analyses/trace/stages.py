@@ -101,9 +101,10 @@ def stage_at(frame: pl.DataFrame, at: str, timeline: pl.DataFrame, out: str = "s
     """``frame`` with column ``out``: the stage of ``timeline`` at time column ``at`` (null when
     ``at`` is null or before every segment)."""
     if timeline.height == 0 or frame.height == 0:
-        return frame.with_columns(pl.lit(None, pl.String).alias(out))
+        return frame.with_columns(pl.lit(None, pl.String).cast(pl.Categorical).alias(out))
     t = frame[at].cast(pl.Float64).fill_null(np.nan).to_numpy()
     idx = np.searchsorted(timeline["start"].to_numpy(), t, side="right") - 1
     ok = (idx >= 0) & ~np.isnan(t)
-    picked = timeline["stage"].gather(pl.Series(np.where(ok, idx, 0)))
+    # Categorical: a handful of stage names over millions of events
+    picked = timeline["stage"].cast(pl.Categorical).gather(pl.Series(np.where(ok, idx, 0)))
     return frame.with_columns(pl.when(pl.Series(ok)).then(picked).otherwise(None).alias(out))

@@ -14,8 +14,8 @@ from _fit_synth import synth_multiturn, synth_samples
 from analyses.atomic_output import MARKER
 from analyses.export.formats.aiperf import percent_thousandths
 from analyses.export.registry import ExportError, export, format_names
-from analyses.export.sampler import generate, steps_for
 from analyses.export.spec import build_spec
+from analyses.fit.sampler import generate, steps_for
 from analyses.fit.workload import fit_workload
 from analyses.ingest import ingest_run
 from analyses.warehouse import scan_table

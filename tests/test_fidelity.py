@@ -12,12 +12,11 @@ from _fit_synth import synth_samples
 
 from analyses.atomic_output import MARKER
 from analyses.cli import main
-from analyses.export.sampler import StepDraws
 from analyses.fit.baseline import HistogramBaseline, histogram_resample
-from analyses.fit.data import RunFrames
-from analyses.fit.fidelity import fidelity, split_run
+from analyses.fit.data import RunFrames, batch_shape, split_run, training_samples
+from analyses.fit.fidelity import fidelity
 from analyses.fit.rolling import RealSteps, origins, score_draws, summary
-from analyses.fit.workload import batch_shape, training_samples
+from analyses.fit.sampler import StepDraws
 
 
 def test_histogram_resample_by_hand():

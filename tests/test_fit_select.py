@@ -10,7 +10,6 @@ from _fit_synth import synth_samples
 from scipy import stats
 
 from analyses.export.formats.polytrace_params import scipy_marginal
-from analyses.export.sampler import generate
 from analyses.export.spec import build_spec, validate_spec
 from analyses.fit.empirical import (
     EmpiricalTailFit,
@@ -23,8 +22,9 @@ from analyses.fit.empirical import (
     km_quantile,
     tail_scale_sd,
 )
+from analyses.fit.marginals import marginal
+from analyses.fit.sampler import generate
 from analyses.fit.select import CANDIDATES, DEFAULT, choose, fit_workload_selected, without_heavy_steps
-from analyses.fit.workload import marginal
 
 
 def test_kaplan_meier_by_hand():
@@ -213,7 +213,8 @@ def _by_turns_run() -> dict[str, pl.DataFrame]:
 
 
 def test_fit_by_turns_by_hand():
-    from analyses.fit.workload import fit_by_turns, training_samples
+    from analyses.fit.data import training_samples
+    from analyses.fit.workload import fit_by_turns
 
     r = _by_turns_run()
     v = fit_by_turns(training_samples(r["samples"]), r["turns"], r["tool_calls"])

@@ -79,7 +79,7 @@ SPEC_1_0 = {
 
 
 def test_a_version_1_0_spec_still_reads_and_samples(tmp_path: Path):
-    from analyses.export.sampler import generate
+    from analyses.fit.sampler import generate
 
     p = tmp_path / "old.json"
     p.write_text(json.dumps(SPEC_1_0))

@@ -7,8 +7,8 @@ import polars as pl
 import pytest
 from _fit_synth import synth_multiturn, synth_samples
 
-from analyses.export.sampler import draw_steps, generate, steps_for
 from analyses.fit.joint import icc_oneway, normal_scores
+from analyses.fit.sampler import draw_steps, generate, steps_for
 from analyses.fit.workload import fit_workload
 
 
@@ -130,7 +130,7 @@ def test_drift_makes_step_k_look_like_step_k():
 
 
 def test_exports_are_at_the_fitted_level_forecasts_draw_its_uncertainty(workload):
-    from analyses.export.sampler import Compiled, replay_level
+    from analyses.fit.sampler import Compiled, replay_level
 
     c = Compiled(workload)
     assert replay_level(c, 3, "k", level_uncertainty=False) == ((0.0, c.drift.step_sd), (0.0, c.lat_drift.step_sd))

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from analyses.export.sampler import Generated
+from analyses.fit.sampler import Generated
 
 DEFAULT_STEP_INTERVAL_S = 60.0  # arrival spacing of steps in request traces, when no step time is known
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from analyses.atomic_output import staged_dir, writing
 from analyses.export import formats as formats_pkg
-from analyses.export.sampler import Generated, generate, steps_for
+from analyses.fit.sampler import Generated, generate, steps_for
 
 
 class ExportError(ValueError):

@@ -9,7 +9,7 @@
    into a workload by :mod:`~analyses.fit.workload`.
 3. selection -- :mod:`~analyses.fit.select` chooses the generator's options by rolling origin
    inside the fitted steps; :mod:`~analyses.fit.runs` fits a warehouse's runs into one spec.
-4. sampling -- :mod:`analyses.export.sampler` regenerates workloads from a spec entry (one seed
+4. sampling -- :mod:`analyses.fit.sampler` regenerates workloads from a spec entry (one seed
    as frames, many seeds as arrays); :mod:`~analyses.fit.baseline` is PolyTrace's own histogram
    resampler for comparison.
 5. scoring -- :mod:`~analyses.fit.scores` (per-step statistics, CRPS, coverage, KS; imported by

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyses.export.sampler import StepDraws, step_rng
+from analyses.fit.sampler import StepDraws, step_rng
 
 N_BINS = 20
 KEY = "baseline"
@@ -79,7 +79,7 @@ def histogram_resample(values: np.ndarray, target: int, rng: np.random.Generator
 
 class HistogramBaseline:
     """Fitted from training frames (``train``: training samples with ``tool_time_s``);
-    :meth:`draw` mirrors :func:`analyses.export.sampler.draw_steps`, :meth:`generate` the frames."""
+    :meth:`draw` mirrors :func:`analyses.fit.sampler.draw_steps`, :meth:`generate` the frames."""
 
     def __init__(self, train: pl.DataFrame, batch: dict[str, Any], call_latency: np.ndarray | None = None):
         self.batch = batch

@@ -163,12 +163,24 @@ def fit_drift(steps: np.ndarray, values: np.ndarray, groups: np.ndarray | None =
     steps = np.asarray(steps, dtype=np.int64)
     values = np.asarray(values, dtype=float)
     groups = np.arange(values.size) if groups is None else np.asarray(groups)
-    uniq = np.unique(steps)
-    if uniq.size == 0:
+    if np.unique(steps).size == 0:
         return none_model(0, 0), {}
     ks, lev, var = step_levels(steps, groups, values, cap)
-    v = np.where(np.isfinite(var), var, np.nanmean(var) if np.isfinite(var).any() else 0.0)
     att = max(1.0 - float(np.mean(values >= cap)) if cap is not None else 1.0, MIN_UNCENSORED_SHARE)
+    return drift_from_levels(ks, lev, var, att)
+
+
+def drift_from_levels(ks: np.ndarray, lev: np.ndarray, var: np.ndarray,
+                      att: float = 1.0) -> tuple[DriftModel, dict[int, float]]:
+    """The level model from per-step levels ``lev`` (steps ``ks``, in order) and their sampling
+    variances ``var`` (NaN: unknown, the mean of the others is used): the method of moments of the
+    module text. ``att``: the uncensored share, by which levels of cut lengths are attenuated
+    (1 for levels already on the latent scale, as a fit from summaries gives them)."""
+    ks, lev = np.asarray(ks, dtype=np.int64), np.asarray(lev, dtype=float)
+    var = np.asarray(var, dtype=float)
+    if ks.size == 0:
+        return none_model(0, 0), {}
+    v = np.where(np.isfinite(var), var, np.nanmean(var) if np.isfinite(var).any() else 0.0)
     m = ks.size
     center = float(np.mean(ks))
     c = ks - center
@@ -195,6 +207,6 @@ def fit_drift(steps: np.ndarray, values: np.ndarray, groups: np.ndarray | None =
                for k, lv, vv, o in zip(ks, lev, v, offsets, strict=True)]
     slope = b / att
     model = DriftModel("linear_log_scale" if slope != 0 else "none", mean_l - slope * center, slope, mean_l,
-                       int(uniq[0]), int(uniq[-1]), float(t), windows, math.sqrt(tau2) / att, level_se / att,
+                       int(ks[0]), int(ks[-1]), float(t), windows, math.sqrt(tau2) / att, level_se / att,
                        b_raw / att, shrink, max(dof, 0.0), s2 / att**2, float(np.mean(v)) / att**2, m)
     return model, {int(k): float(o) for k, o in zip(ks, offsets, strict=True)}

@@ -189,11 +189,15 @@ class EmpiricalTailFit:
     # sd of a step's log tail scale (:func:`tail_scale_sd`): the GPD excesses of one step are
     # multiplied by exp(tail_sd * z_k), z_k ~ N(0, 1) per step
     tail_sd: float = 0.0
+    # the knots' quantile levels when they are not evenly spaced (a fit from summaries places them
+    # densely in both tails, where its contamination components live); None: evenly spaced
+    levels: list[float] | None = None
 
     def __post_init__(self) -> None:
         # built once: ppf is called per generated step
         self._knots = np.asarray(self.knots, dtype=float)
-        self._levels = np.linspace(0.0, 1.0 - self.tail_prob, self._knots.size)
+        self._levels = (np.asarray(self.levels, dtype=float) if self.levels is not None
+                        else np.linspace(0.0, 1.0 - self.tail_prob, self._knots.size))
         trunc = self.censor_at is None or self.p_cap > 0
         self._top = float(gpd_cdf(self.upper - self.threshold, self.xi, self.sigma)) if trunc and self.tail_prob > 0 else 1.0
         self._extremes = np.asarray(self.extremes, dtype=float)
@@ -276,6 +280,7 @@ class EmpiricalTailFit:
                 "heavy_last": self.heavy_last,
                 "last_step": self.last_step,
                 "tail_sd": self.tail_sd,
+                **({"levels": self.levels} if self.levels is not None else {}),
             }
         )
 
@@ -287,7 +292,8 @@ class EmpiricalTailFit:
                    bool(d.get("integer", True)), float(d.get("lower", 1.0)), [float(v) for v in d.get("extremes") or []],
                    float(d.get("cut_level", 1.0)), float(d.get("heavy_prob") or 0.0),
                    float(d.get("heavy_persistence") or 0.0), bool(d.get("heavy_last")),
-                   int(d["last_step"]) if d.get("last_step") is not None else None, float(d.get("tail_sd") or 0.0))
+                   int(d["last_step"]) if d.get("last_step") is not None else None, float(d.get("tail_sd") or 0.0),
+                   [float(v) for v in d["levels"]] if d.get("levels") is not None else None)
 
 
 def fit_empirical_tail(x: np.ndarray, censor_at: float | None, *, censored: np.ndarray | None = None, integer: bool = True,

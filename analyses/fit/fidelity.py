@@ -31,67 +31,33 @@ Nothing is tuned on the scored steps: at every origin the model choices use step
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from analyses.export.sampler import draw_steps
 from analyses.fit.baseline import HistogramBaseline
-from analyses.fit.data import RunFrames
+from analyses.fit.data import RunFrames, batch_shape, is_multi_turn, split_run, training_samples
 from analyses.fit.rolling import RealSteps, Scored, origins, score_draws, summary
+from analyses.fit.sampler import draw_steps
 from analyses.fit.scores import hindsight_ceiling, mape_accuracy
 from analyses.fit.select import fit_workload_selected
 from analyses.fit.stepmodel import step_time_fidelity
-from analyses.fit.workload import batch_shape, full_and_partial_steps, is_multi_turn, training_samples
+from analyses.fit.summaries import summaries_from_samples
+from analyses.fit.summary_fit import fit_workload_from_summaries
 
 DEFAULT_SEEDS = tuple(range(200))
-PSEUDO_STEPS = 8
 Progress = Callable[[str, dict[str, Any]], None]
-
-
-@dataclass
-class Split:
-    mode: str  # 'steps' | 'prompt_groups'
-    steps: list[int]  # full (pseudo-)steps in order
-    partial_steps: list[int]
-    frames: RunFrames  # with pseudo-steps relabelled when mode == 'prompt_groups'
-
-
-def split_run(frames: RunFrames) -> Split:
-    """The run's full steps, or 8 prompt-group pseudo-steps when it has fewer than 3."""
-    s = training_samples(frames.samples)
-    full, partial = full_and_partial_steps(s)
-    if len(full) >= 3:
-        return Split("steps", full, partial, frames)
-    s = s.filter(pl.col("step").is_in(full))
-    groups = s.select("step", "group").unique().sort("step", "group").with_row_index("gi")
-    ng = groups.height
-    if ng < PSEUDO_STEPS:
-        raise ValueError(f"{frames.run_id}: {len(full)} full step(s) and {ng} prompt group(s): too few to score")
-    groups = groups.with_columns(pseudo=(pl.col("gi") * PSEUDO_STEPS // max(ng, 1)).cast(pl.Int64))
-    s = s.join(groups.select("step", "group", "pseudo"), on=["step", "group"])
-    key = s.select("step", "sample_id", "pseudo")
-
-    def relabel(df: pl.DataFrame | None) -> pl.DataFrame | None:
-        if df is None:
-            return None
-        return df.join(key, on=["step", "sample_id"]).with_columns(step=pl.col("pseudo")).drop("pseudo")
-
-    samples = s.with_columns(step=pl.col("pseudo"), group_id=pl.concat_str([pl.col("step").cast(pl.String), pl.col("group_id")],
-                                                                            separator="|")).drop("pseudo", "group")
-    rf = RunFrames(frames.run_id, samples, turns=relabel(frames.turns), tool_calls=relabel(frames.tool_calls),
-                   task=frames.task, max_response_length=frames.max_response_length, info=dict(frames.info))
-    return Split("prompt_groups", list(range(PSEUDO_STEPS)), partial, rf)
 
 
 def _call_latency(tool_calls: pl.DataFrame | None) -> np.ndarray | None:
     return None if tool_calls is None else tool_calls["latency_s"].drop_nulls().to_numpy()
 
 
-def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None) -> dict[str, Any]:
-    """Score our generator and PolyTrace's histogram resampler by rolling origin over the run."""
+def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
+             from_summaries: bool = False) -> dict[str, Any]:
+    """Score our generator and PolyTrace's histogram resampler by rolling origin over the run;
+    ``from_summaries``: also the fit from the run's per-step summaries alone (``summary_fit``)."""
     sp = split_run(frames)
     fr = sp.frames
     s = training_samples(fr.samples).filter(pl.col("step").is_in(sp.steps))
@@ -104,7 +70,12 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress
         progress("run_start", {"run_id": frames.run_id, "origins": len(plan)})
     ours: list[Scored] = []
     base: list[Scored] = []
+    summ_scored: list[Scored] = []
     records = []
+    summ = None
+    if from_summaries:
+        k = batch_shape(s)["samples_per_prompt"]
+        summ = summaries_from_samples(s, fr.max_response_length, fr.tool_calls, k)
     for fitted, predicted in plan:
         fs, ft, fc = real.frames(fitted)
         wl = fit_workload_selected(fs, real=real, turns=ft, tool_calls=fc, run_id=fr.run_id, task=fr.task,
@@ -114,6 +85,10 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress
         b = score_draws(hb.draw(predicted, seeds), real)
         ours.append(o)
         base.append(b)
+        if summ is not None:
+            sw = fit_workload_from_summaries(summ.filter(pl.col("step").is_in(fitted)), run_id=fr.run_id, task=fr.task,
+                                             max_response_length=fr.max_response_length, samples_per_prompt=k)
+            summ_scored.append(score_draws(draw_steps(sw, predicted, seeds), real))
         records.append({"fitted_steps": fitted, "predicted_steps": predicted, "selected": wl["selection"]["selected"],
                         "drift": {k: wl["drift"].get(k) for k in ("kind", "slope_per_step", "step_sd", "level_se")}})
         if progress:
@@ -123,6 +98,7 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress
     ro["origins"] = len(plan)
     ro["seeds"] = len(seeds)
     ro["per_origin"] = records
+    extra = {"summary_fit": summary_fit_block(summ_scored, ours, base)} if from_summaries else {}
     step_model = step_time_fidelity(frames.steps) if frames.steps is not None and frames.steps.height else None
     if progress:
         progress("run_done", {"run_id": frames.run_id})
@@ -135,6 +111,7 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress
         "statistics": real.names,
         "rolling_origin": ro,
         "step_time_model": step_model,
+        **extra,
     }
 
 
@@ -157,3 +134,42 @@ def step_time_only(frames: RunFrames) -> dict[str, Any] | None:
         return None
     m = step_time_fidelity(frames.steps)
     return None if m is None else {"run_id": frames.run_id, "task": frames.task, "step_time_model": m}
+
+
+def summary_fit_block(summ: list[Scored], ours: list[Scored], base: list[Scored]) -> dict[str, Any]:
+    """The fit from summaries against the per-sample fit and the histogram, on the same origins and
+    seeds: median KS of response lengths over predicted steps (both fits), the ratio of their
+    relative CRPS, the skill over the histogram, and coverage."""
+    def ks(xs: list[Scored]) -> list[float]:
+        return [v for x in xs for v in x.ks.get("response_tokens", [])]
+
+    def rel(xs: list[Scored]) -> float:
+        c = np.concatenate([x.crps.ravel() for x in xs])
+        y = np.concatenate([x.real.ravel() for x in xs])
+        ok = y > 0
+        return float(np.mean(c[ok] / y[ok])) if ok.any() else float("nan")
+
+    def rel_by(xs: list[Scored], j: int) -> float:
+        c = np.concatenate([x.crps[:, j] for x in xs])
+        y = np.concatenate([x.real[:, j] for x in xs])
+        ok = y > 0
+        return float(np.mean(c[ok] / y[ok])) if ok.any() else float("nan")
+
+    cov = np.concatenate([x.covered.ravel() for x in summ]) if summ else np.zeros(0)
+    names = summ[0].names if summ else []
+    by = {c: {"coverage90": float(np.concatenate([x.covered[:, j] for x in summ]).mean()),
+              "crps_relative": rel_by(summ, j), "sample_fit_crps_relative": rel_by(ours, j)} for j, c in enumerate(names)}
+    r_s, r_o, r_b = rel(summ), rel(ours), rel(base)
+    return {
+        "ks_median": float(np.nanmedian(ks(summ))) if ks(summ) else float("nan"),
+        "ks_sample_fit": float(np.nanmedian(ks(ours))) if ks(ours) else float("nan"),
+        "crps_ratio": r_s / r_o if r_o > 0 else float("nan"),
+        "crps_skill": 1.0 - r_s / r_b if r_b > 0 else float("nan"),
+        "coverage90": float(cov.mean()) if cov.size else float("nan"),
+        "covered": int(cov.sum()),
+        "cells": int(cov.size),
+        "by_statistic": by,
+        "crps_relative": r_s,
+        "sample_fit_crps_relative": r_o,
+        "origins": len(summ),
+    }

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyses.export.sampler import StepDraws
+from analyses.fit.sampler import StepDraws
 from analyses.fit.scores import (
     covered90,
     crps_ensemble,

@@ -20,10 +20,11 @@ from typing import Any
 
 import polars as pl
 
-from analyses.export.sampler import draw_steps
+from analyses.fit.data import full_and_partial_steps, is_multi_turn, training_samples
 from analyses.fit.empirical import TRIM
 from analyses.fit.rolling import RealSteps, origins, relative_crps, score_draws
-from analyses.fit.workload import fit_workload, full_and_partial_steps, is_multi_turn, training_samples
+from analyses.fit.sampler import draw_steps
+from analyses.fit.workload import fit_workload
 
 CANDIDATES: dict[str, dict[str, Any]] = {
     "all/smooth": {"window": "all", "trim": TRIM, "heavy": False},

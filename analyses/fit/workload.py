@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyses.fit.continuous import ContinuousFit, fit_continuous, infer_cap, json_safe
-from analyses.fit.discrete import CategoricalFit, DiscreteFit, fit_categorical, fit_discrete, is_categorical
+from analyses.fit.continuous import fit_continuous, infer_cap, json_safe
+from analyses.fit.data import batch_shape, full_and_partial_steps, is_multi_turn, training_samples
+from analyses.fit.discrete import fit_categorical, fit_discrete, is_categorical
 from analyses.fit.drift import DriftModel, fit_drift
 from analyses.fit.empirical import (
     TRIM,
@@ -43,85 +44,16 @@ from analyses.fit.empirical import (
     tail_scale_sd,
 )
 from analyses.fit.joint import GaussianMixture, GroupCopula, fit_gmm_bic, fit_group_copula
-from analyses.fit.tails import BodyTailFit
-from analyses.run_facts import PARTIAL_STEP_SHARE
 from analyses.schema import TOOL_OK_STATUSES
 
-Marginal = ContinuousFit | DiscreteFit | CategoricalFit | BodyTailFit | EmpiricalTailFit
 WINDOWS = ("all", "recent")
 FALLBACK_FAMILIES = ("lognorm", "gamma", "weibull_min")
-DEFAULT_FAILURE_STATUS = "error"
-
-
-def marginal(d: dict[str, Any]) -> Marginal:
-    """The fitted-distribution object for a spec variable (anything with ``ppf(u)``)."""
-    kind = d["kind"]
-    if kind == "continuous":
-        return ContinuousFit.from_dict(d)
-    if kind == "discrete":
-        return DiscreteFit.from_dict(d)
-    if kind == "categorical":
-        return CategoricalFit.from_dict(d)
-    if kind == "body_tail":
-        return BodyTailFit.from_dict(d)
-    if kind == "empirical_tail":
-        return EmpiricalTailFit.from_dict(d)
-    raise ValueError(f"unknown variable kind {kind!r}")
-
-
-def training_samples(samples: pl.DataFrame) -> pl.DataFrame:
-    """Non-validation samples with lengths, and an integer group code per (step, prompt)."""
-    s = samples.filter(pl.col("validate").fill_null(False).not_() & pl.col("response_tokens").is_not_null())
-    grp = pl.coalesce(pl.col("group_id"), pl.col("sample_id"), pl.int_range(pl.len()).cast(pl.String))
-    return s.with_columns(_g=pl.concat_str([pl.col("step").cast(pl.String), grp], separator="|")).with_columns(
-        group=pl.col("_g").rank("dense").cast(pl.Int64) - 1
-    ).drop("_g")
-
-
-PARTIAL_SHARE = PARTIAL_STEP_SHARE  # the one rule of a partial step, shared with the views
-
-
-def full_and_partial_steps(samples: pl.DataFrame) -> tuple[list[int], list[int]]:
-    """(full steps, partial steps) in step order: a cut-off step (fewer than half the median
-    step's samples, e.g. the last step of a run stopped mid-rollout) is never fitted or scored."""
-    counts = samples.group_by("step").len().sort("step")
-    med = float(counts["len"].median() or 0)
-    full = [int(k) for k, c in zip(counts["step"], counts["len"], strict=True) if c >= PARTIAL_SHARE * med]
-    return full, [int(k) for k in counts["step"] if int(k) not in full]
-
-
-def is_multi_turn(s: pl.DataFrame) -> bool:
-    return bool(s["n_turns"].drop_nulls().len() and (s["n_turns"].fill_null(1) > 1).any())
 
 
 def recent_window(steps: list[int]) -> list[int]:
     """The later half of the steps (at least 2, rounded up)."""
     k = max(2, (len(steps) + 1) // 2)
     return list(steps[-k:])
-
-
-def batch_shape(s: pl.DataFrame) -> dict[str, Any]:
-    """Prompts per step, samples per prompt, DP ranks and the rank of each (mode over steps)."""
-    per_step = s.group_by("step").agg(prompts=pl.col("group").n_unique(), samples=pl.len())
-    prompts = int(per_step["prompts"].mode().sort()[-1])
-    per_group = s.group_by("group").len()["len"]
-    n = int(per_group.mode().sort()[-1])
-    dp = s.filter(pl.col("dp_rank").is_not_null()).group_by("dp_rank").agg(rank=pl.col("rank").min()).sort("dp_rank")
-    dps = [int(v) for v in dp["dp_rank"]] or [0]
-    ranks = [int(v) if v is not None else i for i, v in enumerate(dp["rank"])] if dp.height else [0]
-    tp = int(ranks[1] - ranks[0]) if len(ranks) > 1 and ranks[1] > ranks[0] else 1
-    steps = sorted(int(v) for v in per_step["step"])
-    return {
-        "prompts_per_step": prompts,
-        "samples_per_prompt": n,
-        "dp_ranks": dps,
-        "rank_of_dp": ranks,
-        "tp_size": tp,
-        "has_ranks": bool(dp.height),
-        "first_step": steps[0],
-        "last_step": steps[-1],
-        "n_steps": len(steps),
-    }
 
 
 def _fallback(x: np.ndarray, cap: float | None, seed: int, integer: bool) -> dict[str, Any]:
@@ -421,4 +353,4 @@ def fit_by_turns(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.Dat
     return out
 
 
-__all__ = ["fit_workload", "marginal", "training_samples", "batch_shape", "GroupCopula", "GaussianMixture"]
+__all__ = ["fit_workload", "GroupCopula", "GaussianMixture"]

@@ -12,8 +12,8 @@ import numpy as np
 
 from analyses.export.consumer_versions import AIPERF
 from analyses.export.registry import ExportFormat, ExportJob
-from analyses.export.sampler import generate, steps_for
 from analyses.export.structure import check_aiperf
+from analyses.fit.sampler import generate, steps_for
 
 
 def aiperf_buckets(w: dict[str, Any], seed: int = 0, n_buckets: int = 8, n_draws: int = 20_000) -> list[dict[str, float]]:

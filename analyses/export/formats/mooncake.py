@@ -26,8 +26,8 @@ import polars as pl
 from analyses.export.consumer_versions import AIPERF
 from analyses.export.records import request_timeline
 from analyses.export.registry import ExportFormat, ExportJob
-from analyses.export.sampler import Generated
 from analyses.export.structure import check_mooncake
+from analyses.fit.sampler import Generated
 
 BLOCK = 512  # Mooncake hash block size (tokens)
 

@@ -27,7 +27,7 @@ import numpy as np
 from analyses.export.consumer_versions import UPSTREAM_POLYTRACE
 from analyses.export.registry import ExportFormat, ExportJob
 from analyses.export.structure import check_polytrace_params
-from analyses.fit.workload import marginal
+from analyses.fit.marginals import marginal
 
 
 def scipy_marginal(v: dict[str, Any]) -> dict[str, Any]:

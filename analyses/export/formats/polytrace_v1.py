@@ -9,8 +9,8 @@ from pathlib import Path
 from analyses.export.consumer_versions import UPSTREAM_POLYTRACE
 from analyses.export.records import packed_records
 from analyses.export.registry import ExportFormat, ExportJob
-from analyses.export.sampler import Generated
 from analyses.export.structure import check_polytrace_v1
+from analyses.fit.sampler import Generated
 
 
 def write_v1(g: Generated, path: Path) -> Path:

@@ -19,8 +19,8 @@ import polars as pl
 from analyses.export.consumer_versions import UPSTREAM_POLYTRACE
 from analyses.export.records import multiturn_records, packed_records
 from analyses.export.registry import ExportFormat, ExportJob
-from analyses.export.sampler import Generated
 from analyses.export.structure import check_polytrace_v2
+from analyses.fit.sampler import Generated
 
 FILTER_FILE = "dapo_filter_indices.jsonl"
 

@@ -24,8 +24,8 @@ import polars as pl
 from analyses.export.consumer_versions import VIDUR
 from analyses.export.records import request_timeline
 from analyses.export.registry import ExportFormat, ExportJob
-from analyses.export.sampler import Generated
 from analyses.export.structure import check_vidur
+from analyses.fit.sampler import Generated
 
 VIDUR_DEFAULT_DATE = "2023-08-21"  # TraceRequestGeneratorConfig.date
 VIDUR_INTERVAL_START = datetime(1970, 1, 4, 12, 0, 1)  # 1 s into TraceRequestIntervalGeneratorConfig's window

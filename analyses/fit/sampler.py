@@ -37,7 +37,7 @@ from analyses.fit.continuous import ContinuousFit, apply_bounds
 from analyses.fit.drift import DriftModel
 from analyses.fit.empirical import EmpiricalTailFit
 from analyses.fit.joint import GaussianMixture, GroupCopula
-from analyses.fit.workload import DEFAULT_FAILURE_STATUS, marginal
+from analyses.fit.marginals import DEFAULT_FAILURE_STATUS, marginal
 
 SUCCESS_STATUS = "success"
 

@@ -1,0 +1,264 @@
+"""A step's length distribution as its summaries see it: a body shared by every step of the run
+(a location-scale family on log length; each step its own location), plus two thin contamination
+components for the extremes that are not part of the body.
+
+Why this shape. Per step a framework prints the mean, min and max of the lengths (and the share
+at the cap). The min and max of ``n`` lengths are extreme order statistics: under a body
+``F`` alone their likelihood is ``n f F^(n-1)`` and ``n f (1-F)^(n-1)``, which pins the body's
+spread. But real extremes are often not the body's: DAPO's shortest answer is 2 tokens against a
+1% quantile of 6, verl-video's longest is a 16,000-token runaway at the cap against a p99 of 315.
+So the model is a mixture in ``t = log(length) - mu_k`` (``mu_k`` the step's level):
+
+* **body** ``(1 - eps_lo - eps_hi) * G((t) / s)``: ``G`` a standard ``logistic`` (the body is a
+  log-logistic, scipy's ``fisk``), ``normal`` (lognormal) or ``gumbel_min`` (Weibull) law, ``s`` its
+  scale on the log axis, shared by every step;
+* **lower contamination** ``eps_lo``: uniform in ``t`` on ``[-lam_lo, 0]`` -- log-uniform lengths
+  from 1 token up to the step's level (a 2-token answer);
+* **upper contamination** ``eps_hi``: uniform in ``t`` on ``[0, lam_hi]`` -- log-uniform from the
+  level up to ``e`` times the cap (a repetition loop; its part beyond the cap is cut there, the
+  runaways *at* the cap), or up to twice the longest length logged when no cap is known.
+
+A step's min and max then may belong to the body or to a contamination component, as the
+likelihood says; an extreme that no body explains does not pull the body's spread.
+
+Everything here is on plain numpy arrays; the fit over a run's steps is
+:mod:`analyses.fit.summary_fit`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import special
+
+FAMILIES = ("logistic", "normal", "gumbel_min")
+SCIPY_NAME = {"logistic": "fisk", "normal": "lognorm", "gumbel_min": "weibull_min"}
+_GRID = 4001  # points of the body's partial-expectation table
+_TAIL = 1e-13  # the body's table spans its quantiles [_TAIL, 1 - _TAIL]
+
+
+def std_cdf(family: str, z: np.ndarray) -> np.ndarray:
+    if family == "logistic":
+        return special.expit(z)
+    if family == "normal":
+        return special.ndtr(z)
+    if family == "gumbel_min":
+        return -np.expm1(-np.exp(np.minimum(z, 700.0)))
+    raise ValueError(f"unknown family {family!r}")
+
+
+def std_sf(family: str, z: np.ndarray) -> np.ndarray:
+    if family == "logistic":
+        return special.expit(-z)
+    if family == "normal":
+        return special.ndtr(-z)
+    if family == "gumbel_min":
+        return np.exp(-np.exp(np.minimum(z, 700.0)))
+    raise ValueError(f"unknown family {family!r}")
+
+
+def std_pdf(family: str, z: np.ndarray) -> np.ndarray:
+    if family == "logistic":
+        e = special.expit(z)
+        return e * (1.0 - e)
+    if family == "normal":
+        return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    if family == "gumbel_min":
+        ez = np.exp(np.minimum(z, 700.0))
+        return ez * np.exp(-ez)
+    raise ValueError(f"unknown family {family!r}")
+
+
+def std_ppf(family: str, p: np.ndarray) -> np.ndarray:
+    p = np.asarray(p, dtype=float)
+    if family == "logistic":
+        return special.logit(p)
+    if family == "normal":
+        return special.ndtri(p)
+    if family == "gumbel_min":
+        return np.log(-np.log1p(-p))
+    raise ValueError(f"unknown family {family!r}")
+
+
+@dataclass
+class StepShape:
+    """The de-levelled law of ``t = log(length) - mu`` (see the module text)."""
+
+    family: str
+    s: float  # the body's scale on the log axis
+    eps_lo: float
+    eps_hi: float
+    lam_lo: float  # the lower contamination spans t in [-lam_lo, 0]
+    lam_hi: float  # the upper one t in [0, lam_hi]
+
+    def __post_init__(self) -> None:
+        self._z, self._pe = body_table(self.family, self.s)
+
+    @property
+    def w_body(self) -> float:
+        return 1.0 - self.eps_lo - self.eps_hi
+
+    def cdf_sf(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(CDF, survival) at ``t``, each accurate in its own tail."""
+        t = np.asarray(t, dtype=float)
+        z = t / self.s
+        c, s = self.w_body * std_cdf(self.family, z), self.w_body * std_sf(self.family, z)
+        if self.eps_lo > 0:
+            u = np.minimum(np.maximum((t + self.lam_lo) / self.lam_lo, 0.0), 1.0)
+            c, s = c + self.eps_lo * u, s + self.eps_lo * (1.0 - u)
+        if self.eps_hi > 0:
+            u = np.minimum(np.maximum(t / self.lam_hi, 0.0), 1.0)
+            c, s = c + self.eps_hi * u, s + self.eps_hi * (1.0 - u)
+        return c, s
+
+    def cdf(self, t: np.ndarray) -> np.ndarray:
+        return self.cdf_sf(t)[0]
+
+    def sf(self, t: np.ndarray) -> np.ndarray:
+        return self.cdf_sf(t)[1]
+
+    def pdf(self, t: np.ndarray) -> np.ndarray:
+        """Density in ``t``."""
+        t = np.asarray(t, dtype=float)
+        out = self.w_body * std_pdf(self.family, t / self.s) / self.s
+        if self.eps_lo > 0:
+            out = out + np.where((t >= -self.lam_lo) & (t <= 0), self.eps_lo / self.lam_lo, 0.0)
+        if self.eps_hi > 0:
+            out = out + np.where((t >= 0) & (t <= self.lam_hi), self.eps_hi / self.lam_hi, 0.0)
+        return out
+
+    def mass(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """P(a < t <= b), accurate in both tails (survival differences above the median)."""
+        a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+        c, s = self.cdf_sf(np.stack([a, b]))
+        return np.maximum(np.where(a > 0, s[0] - s[1], c[1] - c[0]), 0.0)
+
+    def partial_exp(self, a: np.ndarray, b: np.ndarray, power: int = 1) -> np.ndarray:
+        """E[e^(power t); a < t <= b] (``power`` 1 or 2; ``a < b`` elementwise; infinite ends allowed)."""
+        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        za, zb = np.clip(a / self.s, self._z[0], self._z[-1]), np.clip(b / self.s, self._z[0], self._z[-1])
+        pe = self._pe[power - 1]
+        out = self.w_body * (np.interp(zb, self._z, pe) - np.interp(za, self._z, pe))
+        for eps, lam, lo, hi in ((self.eps_lo, self.lam_lo, np.maximum(a, -self.lam_lo), np.minimum(b, 0.0)),
+                                 (self.eps_hi, self.lam_hi, np.maximum(a, 0.0), np.minimum(b, self.lam_hi))):
+            if eps > 0:
+                out = out + np.where(hi > lo, eps / lam / power * (np.exp(power * hi) - np.exp(power * lo)), 0.0)
+        return out
+
+    def ppf(self, p: np.ndarray) -> np.ndarray:
+        """Quantiles in ``t`` (numerical inversion of the mixture's CDF on a fine grid)."""
+        p = np.asarray(p, dtype=float)
+        t = self.grid()
+        return np.interp(p, self.cdf(t), t)
+
+    def grid(self, points: int = 20001) -> np.ndarray:
+        """A grid in ``t`` dense over the body and spanning the contamination."""
+        z = std_ppf(self.family, np.array([1e-12, 1 - 1e-12])) * self.s
+        lo = min(float(z[0]), -self.lam_lo if self.eps_lo > 0 else float(z[0]))
+        hi = max(float(z[1]), self.lam_hi if self.eps_hi > 0 else float(z[1]))
+        body = np.linspace(float(z[0]), float(z[1]), points // 2)
+        return np.unique(np.concatenate([body, np.linspace(lo, hi, points - body.size)]))
+
+
+@lru_cache(maxsize=512)
+def body_table(family: str, s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(z grid, cumulative integrals of e^(p s z) g(z) dz for p = 1, 2): the body's partial
+    expectations of e^t and e^(2t), built once per (family, scale)."""
+    lo, hi = std_ppf(family, np.array([_TAIL, 1 - _TAIL]))
+    z = np.linspace(float(lo), float(hi), _GRID)
+    g = std_pdf(family, z)
+    dz = z[1] - z[0]
+    out = []
+    for p in (1, 2):
+        w = g * np.exp(np.minimum(p * s * z, 700.0))
+        out.append(np.concatenate([[0.0], np.cumsum((w[1:] + w[:-1]) * dz / 2)]))
+    return z, np.stack(out)
+
+
+def mid_mean(shape: StepShape, mu: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """E[length | lo < length <= hi] at levels ``mu`` (lengths, not logs)."""
+    a, b = np.log(lo) - mu, np.log(hi) - mu
+    m = shape.mass(a, b)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return np.exp(mu) * shape.partial_exp(a, b) / m
+
+
+def mid_var(shape: StepShape, mu: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Var[length | lo < length <= hi] at levels ``mu``."""
+    a, b = np.log(lo) - mu, np.log(hi) - mu
+    m = shape.mass(a, b)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        e1 = shape.partial_exp(a, b) / m
+        e2 = shape.partial_exp(a, b, power=2) / m
+        return np.maximum(np.exp(2 * mu) * (e2 - e1 * e1), 0.0)
+
+
+def capped_mean(shape: StepShape, mu: np.ndarray, cap: float | None) -> np.ndarray:
+    """E[min(length, cap)] at levels ``mu`` (no cap: E[length])."""
+    if cap is None or not np.isfinite(cap):
+        with np.errstate(over="ignore"):
+            return np.exp(mu) * shape.partial_exp(np.full(np.shape(mu), -np.inf), np.full(np.shape(mu), np.inf))
+    b = math.log(cap) - np.asarray(mu, dtype=float)
+    with np.errstate(over="ignore"):
+        return np.exp(mu) * shape.partial_exp(np.full(b.shape, -np.inf), b) + cap * shape.sf(b)
+
+
+def solve_levels(shape: StepShape, target: np.ndarray, lo: np.ndarray, hi: np.ndarray, tol: float = 1e-7,
+                 iters: int = 80, mean_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+                 guess: np.ndarray | None = None) -> np.ndarray:
+    """Per step the level ``mu`` whose mean between ``lo`` and ``hi`` is ``target`` (``mean_fn``:
+    another mean of the level, e.g. :func:`capped_mean`; ``lo``/``hi`` then only bound the search).
+
+    The mean rises with the level, so ``log mean - log target`` has one root in ``mu``: regula
+    falsi with the Illinois rule on a bracket (a few evaluations where bisection needs dozens; a
+    ``guess`` narrows the bracket); a level with no mass in the window (NaN) counts as below or
+    above it by where it is."""
+    target = np.asarray(target, dtype=float)
+    lo = np.broadcast_to(np.asarray(lo, dtype=float), target.shape)
+    hi = np.broadcast_to(np.asarray(hi, dtype=float), target.shape)
+    center = 0.5 * (np.log(lo) + np.log(np.where(np.isfinite(hi), hi, lo * 1e6)))
+    mean_fn = mean_fn or (lambda mu: mid_mean(shape, mu, lo, hi))
+
+    def g(mu: np.ndarray) -> np.ndarray:
+        v = mean_fn(mu)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.log(v) - np.log(target)
+        return np.where(np.isfinite(out), out, np.where(mu < center, -50.0, 50.0))
+
+    # the bracket nearest the target that holds a root: with contamination spread over many log
+    # units the mean can come back to the target far from the body (the window then sits inside a
+    # contamination component alone), so the search widens from the body's own scale outwards
+    center_t = np.log(np.maximum(target, 1e-9)) if guess is None else np.asarray(guess, dtype=float)
+    a = b = fa = fb = None
+    found = np.zeros(target.shape, bool)
+    for width in (4.0 * shape.s + 0.5, 12.0 * shape.s + 2.0, 30.0 * shape.s + 12.0):
+        wa, wb = center_t - width, center_t + width
+        fwa, fwb = g(wa), g(wb)
+        ok = ~found & (fwa < 0) & (fwb > 0)
+        if a is None:
+            a, b, fa, fb = wa, wb, fwa, fwb
+        a, b, fa, fb = np.where(ok, wa, a), np.where(ok, wb, b), np.where(ok, fwa, fa), np.where(ok, fwb, fb)
+        found |= ok
+        if found.all():
+            break
+    side = np.zeros(target.shape)
+    x = 0.5 * (a + b)
+    for _ in range(iters):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = np.where(fb != fa, (a * fb - b * fa) / (fb - fa), 0.5 * (a + b))
+        x = np.where(np.isfinite(x) & (x > np.minimum(a, b)) & (x < np.maximum(a, b)), x, 0.5 * (a + b))
+        fx = g(x)
+        if ((np.abs(fx) < tol) | (np.abs(b - a) < tol)).all():
+            break
+        left = np.sign(fx) == np.sign(fa)  # the root is between x and b
+        # Illinois: halve the kept end's value when the same end is kept twice in a row
+        fb = np.where(left & (side == 1), fb / 2, fb)
+        fa = np.where(~left & (side == -1), fa / 2, fa)
+        a, fa = np.where(left, x, a), np.where(left, fx, fa)
+        b, fb = np.where(left, b, x), np.where(left, fb, fx)
+        side = np.where(left, 1, -1)
+    return x

@@ -1,0 +1,543 @@
+"""Fit a workload from per-step summaries (:mod:`analyses.fit.summaries`): the statistics every
+framework prints, for runs that never logged a sample.
+
+The summaries are turned into **per-step distributions** -- one shape shared by the run's steps
+(:class:`~analyses.fit.stepshape.StepShape`: a log-logistic body and thin contamination components
+for extremes that are not the body's), each step at its own level ``mu_k`` -- and those feed what
+the per-sample fit feeds: the step-level model (:func:`~analyses.fit.drift.drift_from_levels` on the
+levels and their sampling variances), the generator's marginal (an
+:class:`~analyses.fit.empirical.EmpiricalTailFit` holding the shape's quantile function at the
+reference level) and the group copula; so the spec entry, the sampler, the rolling-origin scores
+and every export are the per-sample fit's.
+
+What each statistic is, and how it enters (one step, ``n`` responses, verl prints it each step):
+
+* ``min`` and ``max`` are extreme order statistics of ``n`` draws. With ``c`` responses at the
+  cap (the clip ratio times ``n``: a censored mass), the joint likelihood of (min, max, c) is
+  ``n(n-1) p(min) p(max) [F(max) - F(min)]^(n-2)`` when nothing is cut, and
+  ``n!/(c!(n-c-1)!) S(cap)^c p(min) [F(cap) - F(min)]^(n-c-1)`` when ``c > 0`` (``p`` the
+  probability of the integer length, ``S`` the survival at the cap). It is maximised over the
+  shape's scale ``s`` and contamination weights, every step sharing them;
+* the **mean** is exact information about the level: given the min and the max (and the ``c``
+  responses at the cap), the other responses are i.i.d. draws between them, so
+  ``(n mean - min - max) / (n - 2)`` estimates ``E[length | min < length < max]`` -- a mean the
+  runaway that made the max cannot move -- and the step's level ``mu_k`` is solved from it;
+* transformers' ``Trainer`` (TRL, Unsloth) averages every metric over the steps since its previous
+  log (``averaged_steps``): a row's min and max are then means of per-step extremes, entered as
+  normal with the moments of the n-draw extremes, and the level is solved from the capped mean
+  (from ``mean_terminated_length``, the mean below the cap, where TRL prints it);
+* ``mu_k``'s sampling variance is the middle mean's, ``Var[length | window] (1 + (k - 1) rho) / n``
+  through the level's derivative, with ``rho`` the within-group correlation (``k`` responses
+  per prompt): the drift model separates the step-to-step variation from it as it does for
+  per-sample levels.
+
+What summaries leave unknown is said in the spec (``fitted_from``, ``statistics``, ``assumed``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+from scipy import optimize, special
+
+from analyses.fit.continuous import json_safe
+from analyses.fit.drift import DriftModel, drift_from_levels
+from analyses.fit.empirical import HEAVY_QUANTILE, MAX_EXTREMES, EmpiricalTailFit, heavy_chain
+from analyses.fit.stepshape import SCIPY_NAME, StepShape, capped_mean, mid_mean, mid_var, solve_levels
+
+FAMILY = "logistic"
+S_GRID = tuple(float(v) for v in np.exp(np.linspace(math.log(0.03), math.log(2.0), 11)))
+LOG_EPS = (math.log(1e-7), math.log(0.05))
+EPS_START = 1e-4
+KNOT_LOGITS = 18.0  # knot levels from expit(-18) ~ 1.5e-8 to 1 - 1.5e-8, logit-spaced
+N_KNOTS = 513
+UPPER_OVER_CAP = math.e  # the upper contamination reaches e x the cap (its part beyond is cut there)
+UPPER_OVER_MAX = 2.0  # ... or, with no cap known, twice the longest length logged
+DEFAULT_WITHIN = 0.25  # within-group correlation where the summaries do not tell it
+
+
+@dataclass
+class LengthSummaries:
+    """One length variable's per-step summaries as arrays (rows with a mean and an n)."""
+
+    name: str  # "response" | "prompt"
+    steps: np.ndarray
+    n: np.ndarray  # draws the row's statistics are over
+    mean: np.ndarray
+    lo: np.ndarray  # min
+    hi: np.ndarray  # max
+    clipped: np.ndarray  # draws at the cap (per averaged step)
+    averaged: np.ndarray  # steps a row averages (1: the statistics of one batch)
+    cap: float | None
+    term_mean: np.ndarray | None = None  # mean of the draws below the cap (TRL)
+    statistics: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_frame(cls, summ: pl.DataFrame, name: str, n_col: str, cap: float | None,
+                   metric_names: dict[str, str]) -> LengthSummaries:
+        df = summ.filter(pl.col(f"{name}_mean").is_not_null() & pl.col(n_col).is_not_null() & (pl.col(n_col) >= 1))
+
+        def col(c: str, default: float = np.nan) -> np.ndarray:
+            return df[c].fill_null(default).cast(pl.Float64).to_numpy() if c in df.columns else np.full(df.height, default)
+
+        n = col(n_col)
+        mean = col(f"{name}_mean")
+        lo = np.where(np.isfinite(col(f"{name}_min")), col(f"{name}_min"), np.nan)
+        hi = np.where(np.isfinite(col(f"{name}_max")), col(f"{name}_max"), np.nan)
+        clip = col(f"{name}_clip_ratio", 0.0) * n if cap is not None else np.zeros(df.height)
+        term = col("terminated_mean") if name == "response" and "terminated_mean" in df.columns else None
+        stats_used = [metric_names[c] for c in (f"{name}_mean", f"{name}_min", f"{name}_max", f"{name}_clip_ratio")
+                      if c in df.columns and df[c].null_count() < df.height and c in metric_names]
+        if term is not None and np.isfinite(term).any():
+            stats_used.append(metric_names.get("terminated_mean", "terminated_mean"))
+        else:
+            term = None
+        return cls(name, df["step"].to_numpy(), n, mean, lo, hi, clip, col("averaged_steps", 1.0), cap, term, stats_used)
+
+
+def _t(v: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    return np.log(np.maximum(v, 1e-9)) - mu
+
+
+class _Rows:
+    """The rows of a :class:`LengthSummaries` split by how they enter the likelihood."""
+
+    def __init__(self, d: LengthSummaries) -> None:
+        self.d = d
+        ok = np.isfinite(d.mean) & (d.n >= 1)
+        ext = ok & np.isfinite(d.lo) & np.isfinite(d.hi)
+        self.exact = ext & (d.averaged <= 1) & (d.n >= 2)  # one batch's min and max
+        self.avg = ext & (d.averaged > 1)  # means of per-step extremes
+        self.plain = ok & ~self.exact & ~self.avg  # a mean only
+        cap = d.cap if d.cap is not None else math.inf
+        self.cap = cap
+        c = np.rint(np.where(self.exact, d.clipped, 0.0))
+        self.c = np.minimum(c, np.maximum(d.n - 1, 0))
+        self.cut = self.exact & (self.c >= 1)
+        # the window and mean of the draws between the extremes (exact rows); the whole range otherwise
+        k = d.n - 1 - np.where(self.cut, self.c, 1)
+        tot = d.n * d.mean - np.nan_to_num(d.lo) - np.where(self.cut, self.c * np.where(np.isfinite(cap), cap, 0.0),
+                                                             np.nan_to_num(d.hi))
+        mid_ok = self.exact & (k >= 1) & (tot > 0)
+        self.target = np.where(mid_ok, tot / np.maximum(k, 1), d.mean)
+        self.k = np.where(mid_ok, k, d.n * np.maximum(d.averaged, 1))
+        self.win_lo = np.where(mid_ok, np.maximum(d.lo - 0.5, 0.5), 0.5)
+        self.win_hi = np.where(mid_ok, np.where(self.cut, cap - 0.5, d.hi + 0.5), math.inf)
+        self.mid = mid_ok
+        term = d.term_mean if d.term_mean is not None else np.full(d.mean.shape, np.nan)
+        self.use_term = ~mid_ok & np.isfinite(term) & np.isfinite(cap)
+        self.target = np.where(self.use_term, term, self.target)
+        self.win_hi = np.where(self.use_term, cap - 0.5, self.win_hi)
+
+
+def _levels(shape: StepShape, r: _Rows, guess: np.ndarray | None = None) -> np.ndarray:
+    """Each row's level: from the middle mean (exact rows), the mean below the cap (TRL's
+    terminated mean), or the capped mean."""
+    windowed = r.mid | r.use_term
+
+    def mean_fn(mu: np.ndarray) -> np.ndarray:
+        m = mid_mean(shape, mu, r.win_lo, r.win_hi)
+        if windowed.all():
+            return m
+        return np.where(windowed, m, capped_mean(shape, mu, r.cap if np.isfinite(r.cap) else None))
+
+    return solve_levels(shape, r.target, r.win_lo, np.where(np.isfinite(r.win_hi), r.win_hi, r.target * 1e3),
+                        mean_fn=mean_fn, guess=guess)
+
+
+def _extreme_moments(shape: StepShape, mu: np.ndarray, n: np.ndarray, cap: float) -> tuple[np.ndarray, ...]:
+    """(E, Var) of the min and of the capped max of ``n`` draws at levels ``mu``, by quadrature."""
+    t = shape.grid(2001)
+    f = shape.cdf(t)
+    x = np.exp(mu[:, None] + t[None, :])
+    x = np.minimum(x, cap)
+    g_max = f[None, :] ** n[:, None]
+    g_min = 1.0 - (1.0 - f[None, :]) ** n[:, None]
+    out = []
+    for g in (g_min, g_max):
+        w = np.diff(g, axis=1, prepend=0.0)
+        w[:, -1] += 1.0 - g[:, -1]
+        e = np.sum(w * x, axis=1)
+        out += [e, np.maximum(np.sum(w * x * x, axis=1) - e * e, 1e-12)]
+    return tuple(out)
+
+
+def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray) -> np.ndarray:
+    """Each row's log-likelihood of its extremes (and clip count) given the levels (module text)."""
+    d = r.d
+    n = d.n
+    ll = np.zeros(n.size)
+    if r.exact.any():
+        # every endpoint at once: min -+ 1/2, max -+ 1/2, the top of the middle, the cap
+        top = np.where(r.cut, r.cap - 0.5, d.hi - 0.5)
+        cap = np.full(n.shape, r.cap - 0.5 if np.isfinite(r.cap) else np.inf)
+        t = _t(np.stack([d.lo - 0.5, d.lo + 0.5, d.hi - 0.5, d.hi + 0.5, top, cap]), mu)
+        c, s = shape.cdf_sf(t)
+
+        def mass(i: int, j: int) -> np.ndarray:
+            return np.maximum(np.where(t[i] > 0, s[i] - s[j], c[j] - c[i]), 0.0) + 1e-300
+
+        lp_lo, lp_hi, mid = np.log(mass(0, 1)), np.log(mass(2, 3)), np.log(mass(1, 4))
+        uncut = np.log(n) + np.log(np.maximum(n - 1, 1)) + lp_lo + lp_hi + (n - 2) * mid
+        if np.isfinite(r.cap):
+            cut = (special.gammaln(n + 1) - special.gammaln(r.c + 1) - special.gammaln(np.maximum(n - r.c, 1))
+                   + r.c * np.log(s[5] + 1e-300) + lp_lo + (n - r.c - 1) * mid)
+            uncut = np.where(r.cut, cut, uncut)
+        same = d.lo >= d.hi  # every draw the same length
+        uncut = np.where(same, n * lp_lo, uncut)
+        ll = np.where(r.exact, uncut, ll)
+    if r.avg.any():
+        idx = np.flatnonzero(r.avg)
+        e_lo, v_lo, e_hi, v_hi = _extreme_moments(shape, mu[idx], n[idx], r.cap)
+        a = d.averaged[idx]
+        z_lo = (d.lo[idx] - e_lo) ** 2 / (v_lo / a)
+        z_hi = (d.hi[idx] - e_hi) ** 2 / (v_hi / a)
+        part = -0.5 * (z_lo + z_hi + np.log(v_lo / a) + np.log(v_hi / a))
+        if np.isfinite(r.cap):
+            trials = n[idx] * a
+            k = d.clipped[idx] * a
+            p = np.clip(shape.sf(_t(np.full(idx.size, r.cap - 0.5), mu[idx])), 1e-300, 1 - 1e-16)
+            part = part + k * np.log(p) + (trials - k) * np.log1p(-p)
+        ll[idx] = part
+    return ll
+
+
+@dataclass
+class LevelFit:
+    """Per-step distributions of one length variable: a shared shape, a level per step."""
+
+    shape: StepShape
+    steps: np.ndarray
+    mu: np.ndarray
+    mu_var: np.ndarray
+    loglik: float
+    data: LengthSummaries
+    upper: float
+
+    def marginal(self, level: float, integer: bool = True, lower: float = 1.0) -> EmpiricalTailFit:
+        """The shape at ``level`` as the generator's marginal: its quantile function on knots dense
+        in both tails (where the contamination lives), the cap as its censoring point."""
+        p = special.expit(np.linspace(-KNOT_LOGITS, KNOT_LOGITS, N_KNOTS - 2))
+        levels = np.concatenate([[0.0], p, [1.0]])
+        t = self.shape.ppf(levels)
+        t[0] = min(t[0], math.log(max(lower, 1e-9)) - level)
+        t[-1] = max(t[-1], math.log(self.upper) - level)
+        knots = np.minimum(np.exp(level + t), self.upper)
+        cap = self.data.cap
+        n = int(np.sum(self.data.n * np.maximum(self.data.averaged, 1)))
+        return EmpiricalTailFit([float(v) for v in knots], 0.0, 0.0, 1.0, float(self.upper), cap, 0.0, max(n, 1),
+                                int(np.sum(self.data.clipped)), integer, lower, levels=[float(v) for v in levels])
+
+    def step_quantiles(self, probs: np.ndarray) -> np.ndarray:
+        """``[steps, probs]``: each fitted step's length quantiles (cut at the cap)."""
+        t = self.shape.ppf(np.asarray(probs, dtype=float))
+        q = np.exp(self.mu[:, None] + t[None, :])
+        return np.minimum(q, self.data.cap) if self.data.cap is not None else q
+
+    def expected_extremes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each step's expected min and (capped) max of its ``n`` draws."""
+        e_lo, _, e_hi, _ = _extreme_moments(self.shape, self.mu, self.data.n,
+                                            self.data.cap if self.data.cap is not None else math.inf)
+        return e_lo, e_hi
+
+    def body(self) -> dict[str, Any]:
+        """The fitted shape's parameters, as the spec records them."""
+        sh = self.shape
+        return {"family": SCIPY_NAME[sh.family], "log_scale": sh.s, "eps_low": sh.eps_lo, "eps_high": sh.eps_hi,
+                "low_span": sh.lam_lo, "high_span": sh.lam_hi, "loglik": self.loglik}
+
+
+def _upper(d: LengthSummaries) -> float:
+    if d.cap is not None:
+        return UPPER_OVER_CAP * d.cap
+    hi = d.hi[np.isfinite(d.hi)]
+    return UPPER_OVER_MAX * float(hi.max()) if hi.size else UPPER_OVER_MAX * float(np.nanmax(d.mean)) * 10
+
+
+def _level_var(shape: StepShape, r: _Rows, mu: np.ndarray, design: float) -> np.ndarray:
+    """Sampling variance of each level: the variance of the mean it was solved from, through the
+    level's derivative (numerical)."""
+    hi = np.where(np.isfinite(r.win_hi), r.win_hi, r.cap if np.isfinite(r.cap) else np.inf)
+    var = mid_var(shape, mu, r.win_lo, hi)
+    h = 1e-3
+    m_up, m_dn = mid_mean(shape, mu + h, r.win_lo, hi), mid_mean(shape, mu - h, r.win_lo, hi)
+    slope = (m_up - m_dn) / (2 * h)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = var * design / np.maximum(r.k, 1) / slope**2
+    return np.where(np.isfinite(v) & (v > 0), v, np.nan)
+
+
+def _shared_level(shape: StepShape, r: _Rows) -> np.ndarray:
+    """One level for every row (a variable that does not drift, as prompts drawn from a dataset):
+    the level whose capped mean is the rows' pooled mean."""
+    d = r.d
+    w = d.n * np.maximum(d.averaged, 1)
+    target = np.array([float(np.sum(w * d.mean) / np.sum(w))])
+    cap = r.cap if np.isfinite(r.cap) else None
+    mu = solve_levels(shape, target, np.array([0.5]), np.array([float(np.nanmax(d.mean)) * 1e3]),
+                      mean_fn=lambda m: capped_mean(shape, m, cap))
+    return np.full(d.n.size, float(mu[0]))
+
+
+def mean_terms(shape: StepShape, r: _Rows, mu: np.ndarray) -> np.ndarray:
+    """Log-likelihood of each row's mean around the shared level's: normal with variance
+    ``Var / n`` (the step means of a variable that does not drift scatter by sampling alone, so
+    their spread says how wide the variable is)."""
+    d = r.d
+    hi = np.full(mu.shape, r.cap - 0.5 if np.isfinite(r.cap) else np.inf)
+    lo = np.full(mu.shape, 0.5)
+    e = capped_mean(shape, mu, r.cap if np.isfinite(r.cap) else None)
+    v = mid_var(shape, mu, lo, hi) / np.maximum(d.n * np.maximum(d.averaged, 1), 1)
+    ok = np.isfinite(v) & (v > 0) & np.isfinite(e)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = -0.5 * ((d.mean - e) ** 2 / v + np.log(2 * math.pi * v))
+    return np.where(ok, out, 0.0)
+
+
+def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, per_prompt: int = 1,
+               shared: bool = False) -> LevelFit:
+    """The shared shape and each step's level of one length variable (see the module text);
+    ``shared``: one level for every step (a variable that does not drift), the step means then
+    entering the likelihood (:func:`mean_terms`).
+
+    The scale ``s`` is profiled on a grid (then refined between the best point's neighbours); at
+    each ``s`` the contamination weights maximise the likelihood with the levels held, then the
+    levels are solved again."""
+    r = _Rows(d)
+    use = r.exact | r.avg | r.plain
+    if not use.any():
+        raise ValueError(f"no step has a {d.name} length mean and a sample count")
+    mbar = float(np.exp(np.mean(np.log(np.maximum(d.mean[use], 1.0)))))
+    upper = _upper(d)
+    lam_lo = max(math.log(max(mbar, 1.0)), 0.5)
+    lam_hi = max(math.log(upper) - math.log(max(mbar, 1.0)), 0.5)
+    informative = (r.exact | r.avg).any() or (shared and d.n.size > 1)
+
+    def make(s: float, le: np.ndarray) -> StepShape:
+        return StepShape(family, s, math.exp(le[0]), math.exp(le[1]), lam_lo, lam_hi)
+
+    def levels(sh: StepShape, mu: np.ndarray | None) -> np.ndarray:
+        return _shared_level(sh, r) if shared else _levels(sh, r, mu)
+
+    def total(sh: StepShape, mu: np.ndarray) -> float:
+        ll = float(np.sum(loglik_rows(sh, r, mu)))
+        return ll + float(np.sum(mean_terms(sh, r, mu))) if shared else ll
+
+    def at(s: float, le: np.ndarray, mu: np.ndarray | None) -> tuple[float, np.ndarray, np.ndarray]:
+        for _ in range(2):
+            mu = levels(make(s, le), mu)
+            if not informative:
+                break
+
+            def neg(x: np.ndarray, mu: np.ndarray = mu) -> float:
+                return -total(make(s, np.clip(x, *LOG_EPS)), mu)
+
+            res = optimize.minimize(neg, le, method="Nelder-Mead", options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 60})
+            le = np.clip(res.x, *LOG_EPS)
+        mu = levels(make(s, le), mu)
+        return total(make(s, le), mu), le, mu
+
+    start = np.full(2, math.log(EPS_START))
+    if not informative:
+        # a mean alone says nothing of the spread: the shape stays at the grid's middle scale
+        s = S_GRID[len(S_GRID) // 2]
+        ll, le, mu = at(s, start, None)
+    else:
+        results = []
+        le, mu = start, None
+        for s in S_GRID:
+            ll, le, mu = at(s, le, mu)
+            results.append((ll, s, le, mu))
+        i = int(np.argmax([x[0] for x in results]))
+        ll, s, le, mu = results[i]
+        lo_s, hi_s = S_GRID[max(i - 1, 0)], S_GRID[min(i + 1, len(S_GRID) - 1)]
+        cache: dict[float, tuple[float, np.ndarray, np.ndarray]] = {}
+
+        def neg_s(ls: float) -> float:
+            cache[ls] = at(math.exp(ls), le, mu)
+            return -cache[ls][0]
+
+        ref = optimize.minimize_scalar(neg_s, bounds=(math.log(lo_s), math.log(hi_s)), method="bounded",
+                                       options={"xatol": 0.02})
+        if ref.x in cache and cache[ref.x][0] > ll:
+            ll, le, mu = cache[ref.x]
+            s = math.exp(ref.x)
+    shape = make(s, le)
+    design = 1.0 + max(per_prompt - 1, 0) * within
+    return LevelFit(shape, d.steps, mu, _level_var(shape, r, mu, design), ll, d, upper)
+
+
+def heavy_flags(fit: LevelFit) -> np.ndarray:
+    """Per fitted step whether its longest response is a runaway: beyond the 99% quantile of the
+    longest of its ``n`` draws from the body and the lower contamination alone (a step with
+    responses at the cap: when those would reach it with under 1% probability) -- the per-sample
+    fit's rule for heavy steps (:func:`analyses.fit.empirical.heavy_steps`) on the logged max."""
+    sh = fit.shape
+    if sh.eps_hi <= 0:
+        return np.zeros(fit.steps.size, bool)
+    quiet = StepShape(sh.family, sh.s, sh.eps_lo / (1 - sh.eps_hi), 0.0, sh.lam_lo, sh.lam_hi)
+    r = _Rows(fit.data)
+    top = np.where(r.cut, r.cap, fit.data.hi)
+    with np.errstate(invalid="ignore"):
+        p_reach = -np.expm1(fit.data.n * np.log(np.maximum(quiet.cdf(_t(top - 0.5, fit.mu)), 1e-300)))
+    return r.exact & np.isfinite(top) & (p_reach < 1.0 - HEAVY_QUANTILE)
+
+
+def heavy_entry(fit: LevelFit, level: float, flags: np.ndarray) -> dict[str, Any]:
+    """The heavy-step fields of the generator's marginal (:class:`~analyses.fit.empirical.EmpiricalTailFit`)
+    when some fitted steps carry runaways: the marginal is the body and the lower contamination; a
+    heavy step (probability ``(h + 1/2) / (m + 1)``, persistent as the fitted steps' flags say)
+    draws its top ``1 - cut_level`` share from the upper contamination above the body's reach
+    (``extremes``). ``cut_level`` keeps the run's expected number of runaways."""
+    sh = fit.shape
+    n_bar = float(np.mean(fit.data.n))
+    quiet = StepShape(sh.family, sh.s, sh.eps_lo / (1 - sh.eps_hi), 0.0, sh.lam_lo, sh.lam_hi)
+    t_top = float(quiet.ppf(np.array([HEAVY_QUANTILE ** (1.0 / max(n_bar, 1.0))]))[0])
+    t_top = min(max(t_top, 0.0), sh.lam_hi)
+    share_above = (sh.lam_hi - t_top) / sh.lam_hi
+    expected = float(np.sum(fit.data.n)) * sh.eps_hi * share_above
+    h = int(flags.sum())
+    r = float(np.clip(expected / max(h, 1) / n_bar, 1.0 / n_bar, 0.05))
+    ext = np.exp(level + np.linspace(t_top, sh.lam_hi, MAX_EXTREMES))
+    return {"extremes": [float(v) for v in ext], "cut_level": 1.0 - r, "heavy_prob": (h + 0.5) / (flags.size + 1),
+            "heavy_persistence": heavy_chain(flags), "heavy_last": bool(flags[-1]), "last_step": int(fit.steps[-1])}
+
+
+def drift_of(fit: LevelFit) -> tuple[DriftModel, dict[int, float]]:
+    """The step-level model of the fitted levels (latent: no attenuation by the cap)."""
+    return drift_from_levels(fit.steps, fit.mu, fit.mu_var, 1.0)
+
+
+def marginal_entry(fit: LevelFit, level: float, statistics: list[str], integer: bool = True,
+                   heavy: bool = False) -> dict[str, Any]:
+    """The spec variable of a fitted length: the generator's marginal, what it came from.
+    ``heavy``: runaways as heavy steps (:func:`heavy_entry`) when some fitted step had one."""
+    flags = heavy_flags(fit) if heavy else np.zeros(0, bool)
+    if flags.any():
+        sh = fit.shape
+        quiet = LevelFit(StepShape(sh.family, sh.s, sh.eps_lo / (1 - sh.eps_hi), 0.0, sh.lam_lo, sh.lam_hi),
+                         fit.steps, fit.mu, fit.mu_var, fit.loglik, fit.data, fit.upper)
+        d = quiet.marginal(level, integer=integer).to_dict()
+        d.update(heavy_entry(fit, level, flags))
+    else:
+        d = fit.marginal(level, integer=integer).to_dict()
+    d["fitted_from"] = "summaries"
+    d["statistics"] = list(statistics)
+    d["body"] = json_safe(fit.body())
+    return d
+
+
+# summary column -> the canonical metric it is read from (what a spec says it used)
+SPELLINGS: dict[str, str] = {
+    "response_mean": "response_length/mean", "response_min": "response_length/min", "response_max": "response_length/max",
+    "response_clip_ratio": "response_length/clip_ratio", "terminated_mean": "completions/mean_terminated_length",
+    "prompt_mean": "prompt_length/mean", "prompt_min": "prompt_length/min", "prompt_max": "prompt_length/max",
+    "prompt_clip_ratio": "prompt_length/clip_ratio", "total_tokens": "perf/total_num_tokens",
+    "seqlen_min": "global_seqlen/min", "seqlen_max": "global_seqlen/max", "seqlen_mean": "global_seqlen/mean",
+    "turns_mean": "num_turns/mean", "turns_min": "num_turns/min", "turns_max": "num_turns/max",
+    "tool_time_mean": "timing_s/agent_loop/tool_calls/mean", "tool_time_min": "timing_s/agent_loop/tool_calls/min",
+    "tool_time_max": "timing_s/agent_loop/tool_calls/max",
+}
+
+
+def summary_cap(summ: pl.DataFrame, declared: float | None) -> float | None:
+    """The response cap: the run's (declared or inferred at ingest), else the longest response of
+    a step with responses at the cap."""
+    if declared is not None and declared > 0:
+        return float(declared)
+    cut = summ.filter(pl.col("response_clip_ratio").fill_null(0.0) > 0)["response_max"].drop_nulls()
+    return float(cut.max()) if cut.len() else None
+
+
+def _prompt_variable(summ: pl.DataFrame, per_prompt: int) -> dict[str, Any] | None:
+    """Prompt lengths from their summaries (over prompts: verl repeats a prompt per response),
+    or a constant at the mean a token count implies (TRL), or None when the logs hold neither."""
+    rows = summ.filter(pl.col("prompt_mean").is_not_null())
+    if rows.height:
+        lo, hi = rows["prompt_min"].drop_nulls(), rows["prompt_max"].drop_nulls()
+        if lo.len() and hi.len() and float(lo.min()) == float(hi.max()):
+            v = float(lo.min())
+            return {"kind": "categorical", "values": [v], "probs": [1.0], "fitted_from": "summaries",
+                    "statistics": ["prompt_length/min", "prompt_length/max"]}
+        prompts = rows.with_columns(n_p=pl.coalesce(pl.col("n_prompts"), pl.col("n") / float(per_prompt)))
+        d = LengthSummaries.from_frame(prompts, "prompt", "n_p", None, SPELLINGS)
+        fit = fit_levels(d, shared=True)
+        return marginal_entry(fit, float(np.mean(fit.mu)), d.statistics)
+    implied = summ.select(p=pl.col("total_tokens") / pl.col("n") - pl.col("response_mean"))["p"].drop_nulls()
+    implied = implied.filter(implied > 0)
+    if implied.len():
+        return {"kind": "categorical", "values": [float(round(implied.mean()))], "probs": [1.0], "fitted_from": "summaries",
+                "statistics": ["perf/cumulative_num_tokens", "response_length/mean"]}
+    return None
+
+
+def fit_workload_from_summaries(
+    summ: pl.DataFrame,
+    *,
+    run_id: str = "run",
+    task: str | None = None,
+    max_response_length: float | None = None,
+    samples_per_prompt: int | None = None,
+    within: float | None = None,
+) -> dict[str, Any]:
+    """The spec entry for one run from its per-step summaries (the same layout as
+    :func:`analyses.fit.workload.fit_workload`'s, with ``source.kind = "summaries"``).
+
+    ``samples_per_prompt``: the rollout n (config); unknown, each prompt is taken to have one
+    response (said in ``source.assumed``). ``within``: the within-group correlation of response
+    lengths; unknown, :data:`DEFAULT_WITHIN`."""
+    summ = summ.filter(pl.col("response_mean").is_not_null()).sort("step")
+    if summ.height == 0:
+        raise ValueError(f"{run_id}: no step with a response-length mean")
+    if summ["n"].drop_nulls().len() == 0:
+        raise ValueError(f"{run_id}: the batch's sample count is not in the logs (no config dump with the train batch "
+                         "size, no token count with prompt lengths); set train_batch_size and rollout_n in run.toml")
+    summ = summ.filter(pl.col("n").is_not_null())
+    cap = summary_cap(summ, max_response_length)
+    assumed: list[str] = []
+    k = int(samples_per_prompt) if samples_per_prompt else 1
+    if not samples_per_prompt:
+        assumed.append("samples_per_prompt")
+    rho = within
+    if rho is None:
+        rho = DEFAULT_WITHIN if k > 1 else 0.0
+        if k > 1:
+            assumed.append("within_group_corr")
+    resp = LengthSummaries.from_frame(summ, "response", "n", cap, SPELLINGS)
+    fit = fit_levels(resp, within=rho, per_prompt=k)
+    drift, _ = drift_of(fit)
+    variables: dict[str, Any] = {}
+    prompt = _prompt_variable(summ, k)
+    if prompt is not None:
+        variables["prompt_tokens"] = prompt
+    rvar = marginal_entry(fit, drift.reference, resp.statistics, heavy=True)
+    variables["response_tokens"] = rvar
+    n = summ["n"].to_numpy()
+    N = int(round(float(np.median(n))))
+    G = max(int(round(N / k)), 1)
+    ranks = summ["seqlen_ranks"].drop_nulls()
+    R = int(ranks.mode().sort()[-1]) if ranks.len() else 1
+    R = max(min(R, G), 1)
+    steps = [int(v) for v in summ["step"]]
+    batch = {"prompts_per_step": G, "samples_per_prompt": k, "dp_ranks": list(range(R)), "rank_of_dp": list(range(R)),
+             "tp_size": 1, "has_ranks": R > 1, "first_step": steps[0], "last_step": steps[-1], "n_steps": len(steps),
+             "multi_turn": False}
+    copula = {"type": "gaussian_copula", "within_group_corr": float(rho), "prompt_response_corr": 0.0, "n": int(np.sum(n))}
+    n_sources = sorted({str(v) for v in summ["n_source"].drop_nulls()})
+    return json_safe({
+        "run_id": run_id,
+        "task": task or "unknown",
+        "n_samples": int(np.sum(n)),
+        "steps_fitted": steps,
+        "batch": batch,
+        "variables": variables,
+        "joint": {"selected": "gaussian_copula", "gaussian_copula": copula},
+        "drift": drift.to_dict(),
+        "source": {"kind": "summaries", "n_source": n_sources[0] if len(n_sources) == 1 else n_sources,
+                   "statistics": sorted({s for v in variables.values() for s in v.get("statistics", [])}),
+                   "assumed": assumed},
+    })

@@ -27,18 +27,28 @@ import polars as pl
 from analyses import catalog
 from analyses.alerts import Alert, Delivery, deliver, notify_urls, run_alerts, state_path
 from analyses.atomic_output import write_text
+from analyses.export.registry import ExportError, format_names
 from analyses.export.registry import export as export_spec
-from analyses.export.registry import format_names
 from analyses.export.spec import build_spec, read_spec, write_spec
 from analyses.fit.cache import cached, is_fresh
-from analyses.fit.data import has_samples, has_step_times, load_run, runs_with_samples, runs_with_steps
+from analyses.fit.data import (
+    has_samples,
+    has_step_times,
+    has_summaries,
+    load_run,
+    load_summaries,
+    runs_with_samples,
+    runs_with_steps,
+    runs_with_summaries,
+)
 from analyses.fit.fidelity import DEFAULT_SEEDS, Progress, fidelity, step_time_only
 from analyses.fit.fidelity_table import criterion
 from analyses.fit.runs import fit_runs
+from analyses.fit.summary_fit import summary_check
 from analyses.ingest import ProgressFn, RunReport, ingest_run, resolve_run_id
 from analyses.manifest import load_manifest
 from analyses.objectstore import ObjectWarehouse, is_object_url
-from analyses.report import ReportResult, Section, build_report, group_section
+from analyses.report import ReportResult, Section, build_report, group_section, selected_runs
 from analyses.run_split import PlannedRun, plan_runs
 from analyses.sandbox import run_queries
 from analyses.views import all_views, group, headline_frame, view_frame
@@ -123,6 +133,13 @@ class RunFit:
     step_model: dict[str, Any] | None = None
     skipped: str | None = None
     computed: bool = False  # fitted or scored now (False: everything came from the cache)
+    # a step-only run's fitted per-step quantiles beside its logged min/mean/max (analyses.fit.summary_fit.summary_check)
+    summary_check: pl.DataFrame | None = None
+
+    @property
+    def from_summaries(self) -> bool:
+        return self.spec is not None and any((w.get("source") or {}).get("kind") == "summaries"
+                                             for w in self.spec["workloads"].values())
 
 
 @dataclass
@@ -130,6 +147,7 @@ class ExportSummary:
     """What :meth:`PolyTrace.export_all` wrote: files per run and format."""
 
     files: dict[str, dict[str, list[Path]]] = field(default_factory=dict)
+    missing: dict[str, dict[str, str]] = field(default_factory=dict)  # run -> format -> why it could not be written
 
     @property
     def n_files(self) -> int:
@@ -296,10 +314,14 @@ class PolyTrace:
                png_dir: Path | None = None, all_pngs: bool = False, progress: Progress | None = None) -> ReportResult:
         """The self-contained HTML report (default ``<warehouse>/reports/polytrace_report.html``);
         ``progress`` hears a step per section and one for the PNGs."""
+        from analyses.workload_section import workload_section
+
         con = self.connect()
         try:
-            return build_report(con, out if out is not None else self.layout.reports / REPORT_NAME, runs=runs, png=png,
-                                png_dir=png_dir, all_pngs=all_pngs, source=self.location, progress=progress)
+            chosen = selected_runs(con, runs)
+            extra = [workload_section(self._sync(), self.layout.spec_path, chosen)]
+            return build_report(con, out if out is not None else self.layout.reports / REPORT_NAME, runs=chosen, png=png,
+                                png_dir=png_dir, all_pngs=all_pngs, source=self.location, progress=progress, extra=extra)
         finally:
             con.close()
 
@@ -361,38 +383,48 @@ class PolyTrace:
         with self._reading():
             return runs_with_steps(self.root)
 
-    def fit(self, runs: Sequence[str] | None = None, seed: int = 0, out: Path | None = None,
-            progress: Progress | None = None, cache: bool = True) -> dict[str, Any]:
-        """Fit ``runs`` (default: every run with per-sample lengths) into one spec; write it to ``out``.
-        ``progress`` receives ``run_start`` / ``run_done`` events (see :mod:`analyses.cli.work_progress`).
-        An unchanged run's fit comes from :mod:`analyses.fit.cache` unless ``cache`` is False."""
+    def runs_with_summaries(self) -> list[str]:
+        """Runs with per-step length summaries and no per-sample lengths (fitted from the summaries)."""
         with self._reading():
-            spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress, cache=cache)
+            return runs_with_summaries(self.root)
+
+    def fit(self, runs: Sequence[str] | None = None, seed: int = 0, out: Path | None = None,
+            progress: Progress | None = None, cache: bool = True, skipped: dict[str, str] | None = None) -> dict[str, Any]:
+        """Fit ``runs`` (default: every run with per-sample lengths or per-step length summaries) into
+        one spec; write it to ``out``. ``progress`` receives ``run_start`` / ``run_done`` events (see
+        :mod:`analyses.cli.work_progress`). An unchanged run's fit comes from :mod:`analyses.fit.cache`
+        unless ``cache`` is False. ``skipped``: a run that cannot be fitted is recorded there (run id
+        -> why) instead of raising."""
+        with self._reading():
+            spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress, cache=cache,
+                            skipped=skipped)
         if out is not None:
             write_spec(spec, out)
         return spec
 
     def fidelity(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
-                 cache: bool = True) -> dict[str, Any] | None:
+                 cache: bool = True, from_summaries: bool = False) -> dict[str, Any] | None:
         """Our generator and PolyTrace's histogram resampler scored by rolling origin over one
         run (:mod:`analyses.fit.fidelity`); the step-time model alone for a run with a step log but
-        no per-sample lengths; None when neither applies. An unchanged run's scores come from
-        :mod:`analyses.fit.cache` unless ``cache`` is False."""
+        no per-sample lengths; None when neither applies. ``from_summaries``: also the fit from the
+        run's per-step summaries alone, scored beside them (``summary_fit``). An unchanged run's
+        scores come from :mod:`analyses.fit.cache` unless ``cache`` is False."""
         with self._reading():
-            return self._fidelity(run_id, seeds, progress, cache)
+            return self._fidelity(run_id, seeds, progress, cache, from_summaries)
 
     def _fidelity(self, run_id: str, seeds: tuple[int, ...], progress: Progress | None,
-                  cache: bool) -> dict[str, Any] | None:
+                  cache: bool, from_summaries: bool) -> dict[str, Any] | None:
         root = self.root
         if not has_samples(root, run_id):
             return step_time_only(load_run(root, run_id))
 
         def score() -> dict[str, Any]:
-            return fidelity(load_run(root, run_id), seeds=seeds, progress=progress)
+            return fidelity(load_run(root, run_id), seeds=seeds, progress=progress, from_summaries=from_summaries)
 
         if not cache:
             return score()
-        res, hit = cached(root, run_id, "fidelity", score, seeds=list(seeds))
+        what = "fidelity_from_summaries" if from_summaries else "fidelity"
+        res, hit = cached(root, run_id, what, score, seeds=list(seeds))
         if hit and progress:
             progress("run_start", {"run_id": run_id, "origins": 0})
             progress("run_done", {"run_id": run_id})
@@ -415,11 +447,7 @@ class PolyTrace:
         out = RunFit(run_id)
         root = self.root
         if not has_samples(root, run_id):
-            if has_step_times(root, run_id):
-                out.step_model = step_time_only(load_run(root, run_id))
-            if out.step_model is None:
-                out.skipped = "neither per-sample lengths nor step times"
-            return out
+            return self._fit_step_only(out, root, cache)
         out.computed = not (cache and is_fresh(root, run_id, "workloads", seed=0)
                             and is_fresh(root, run_id, "fidelity", seeds=list(seeds)))
         try:
@@ -437,6 +465,28 @@ class PolyTrace:
             out.skipped = f"fidelity: {exc}"
         return out
 
+    def _fit_step_only(self, out: RunFit, root: Path, cache: bool) -> RunFit:
+        """A run without per-sample lengths: its workload from its per-step summaries (with the
+        fitted per-step quantiles beside the logged ones) and its step-time model, where it has them."""
+        run_id = out.run_id
+        if has_summaries(root, run_id):
+            out.computed = not (cache and is_fresh(root, run_id, "workloads", seed=0))
+            try:
+                out.spec = fit_runs(root, [run_id], cache=cache)
+            except ValueError as exc:
+                out.skipped = str(exc)
+            else:
+                self.layout.fits.mkdir(parents=True, exist_ok=True)
+                out.spec_path = write_spec(out.spec, self.layout.spec_path(run_id))
+                summ = load_summaries(root, run_id).summaries
+                out.summary_check = pl.concat([summary_check(w, summ) for w in out.spec["workloads"].values()],
+                                              how="diagonal_relaxed")
+        if has_step_times(root, run_id):
+            out.step_model = step_time_only(load_run(root, run_id))
+        if out.spec is None and out.step_model is None and out.skipped is None:
+            out.skipped = "neither per-sample lengths, per-step length summaries nor step times"
+        return out
+
     def fit_warehouse(self, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
                       cache: bool = True) -> FitSummary:
         """Specs and fidelity for every run: ``fits/<run>.spec.json``, ``fits/all_runs.spec.json``
@@ -450,7 +500,7 @@ class PolyTrace:
         out = FitSummary()
         self.layout.fits.mkdir(parents=True, exist_ok=True)
         specs: dict[str, dict[str, Any]] = {}
-        for r in sorted(set(self.runs_with_samples()) | set(self.runs_with_steps())):
+        for r in sorted(set(self.runs_with_samples()) | set(self.runs_with_summaries()) | set(self.runs_with_steps())):
             f = self.fit_run(r, seeds=seeds, progress=progress, cache=cache)
             if f.computed:
                 out.computed.append(r)
@@ -484,14 +534,20 @@ class PolyTrace:
         return export_spec(doc, fmt, out, **options)
 
     def export_all(self, seed: int = 0) -> ExportSummary:
-        """Every fitted run's spec in every format, under ``exports/<run>/<format>/``."""
+        """Every fitted run's spec (from samples or from summaries) in every format its workload
+        holds the variables for, under ``exports/<run>/<format>/``; a format a run's logs cannot
+        feed (a step-only run without prompt lengths) is listed in ``missing`` with the reason."""
         out = ExportSummary()
-        for r in sorted({res["run_id"] for res in self.fidelity_results() if "rolling_origin" in res}):
+        for r in sorted(self.run_ids()):
             sp = self.layout.spec_path(r)
             if not sp.exists():
                 continue
             spec = read_spec(sp)
             # the warehouse's own exports/ directories: replaced whole whatever an older version left in them
-            out.files[r] = {fmt: export_spec(spec, fmt, self.layout.export_dir(r, fmt), seed=seed, owned=True)
-                            for fmt in format_names()}
+            out.files[r] = {}
+            for fmt in format_names():
+                try:
+                    out.files[r][fmt] = export_spec(spec, fmt, self.layout.export_dir(r, fmt), seed=seed, owned=True)
+                except ExportError as exc:
+                    out.missing.setdefault(r, {})[fmt] = str(exc)
         return out

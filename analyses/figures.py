@@ -475,3 +475,28 @@ def compare_curves_figure(curves: pl.DataFrame, alerts: pl.DataFrame, panels: tu
     fig = _layout(fig, title, height=max(300, 170 * n + 110))
     fig.update_layout(margin={"t": 110})
     return fig
+
+
+def summary_check_figure(check: pl.DataFrame, run_id: str) -> go.Figure:
+    """A run fitted from its per-step summaries: the fitted per-step quantiles (1-99% band, median,
+    mean, expected min and max of the step's n; :func:`analyses.fit.summary_fit.summary_check`)
+    against the min, mean and max each step logged."""
+    fig = go.Figure()
+    x = check["step"].to_list()
+    fig.add_trace(go.Scatter(x=x, y=check["fitted_p99"].to_list(), mode="lines", line={"width": 0}, showlegend=False,
+                             hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=x, y=check["fitted_p01"].to_list(), mode="lines", line={"width": 0}, fill="tonexty",
+                             fillcolor="rgba(31,119,180,0.18)", name="fitted 1-99%"))
+    fig.add_trace(go.Scatter(x=x, y=check["fitted_p50"].to_list(), mode="lines", line={"color": "#1f77b4"}, name="fitted median"))
+    fig.add_trace(go.Scatter(x=x, y=check["fitted_mean"].to_list(), mode="lines", line={"color": "#1f77b4", "dash": "dot"},
+                             name="fitted mean"))
+    for col, name in (("expected_min", "expected min of n"), ("expected_max", "expected max of n")):
+        fig.add_trace(go.Scatter(x=x, y=check[col].to_list(), mode="lines", line={"color": "#7f7f7f", "dash": "dash"},
+                                 name=name))
+    for col, name, sym in (("logged_min", "logged min", "triangle-down"), ("logged_mean", "logged mean", "circle"),
+                           ("logged_max", "logged max", "triangle-up")):
+        fig.add_trace(go.Scatter(x=x, y=check[col].to_list(), mode="markers", marker={"color": "#d62728", "symbol": sym},
+                                 name=name))
+    fig.update_yaxes(type="log", title_text="response tokens")
+    _step_ticks(fig, check["step"])
+    return _layout(fig, f"{run_id}: fitted from per-step summaries vs what each step logged")

@@ -592,7 +592,9 @@ def _finish_run(
                 "n_gpus": facts.n_gpus, "n_gpus_source": facts.n_gpus_source,
                 "max_response_length": facts.max_response_length,
                 "max_response_length_source": facts.max_response_length_source,
-                "max_prompt_length": manifest.max_prompt_length, "started_at": manifest.started_at,
+                "max_prompt_length": facts.max_prompt_length, "started_at": manifest.started_at,
+                "train_batch_size": facts.train_batch_size, "rollout_n": facts.rollout_n,
+                "samples_per_step": facts.samples_per_step, "batch_source": facts.batch_source,
                 "source_dir": str(run_path), "tags": manifest.tags_json,
                 "n_files": len(report.files),
             }
@@ -611,8 +613,10 @@ def _framework(report: RunReport) -> str | None:
                         {fmt: reader_by_name(fmt).framework for fmt in formats})
 
 
-# readers whose files may open with a verl config dump (see analyses.run_facts)
-_CONFIG_DUMP_FORMATS = ("verl_console",)
+# readers whose files may hold a config (a verl config dump, a transformers banner or trainer state: analyses.run_facts)
+_CONFIG_DUMP_FORMATS = ("verl_console", "trl_console", "trl_trainer_state")
+# readers whose files may state a config run_config lists key by key (analyses.config_dump)
+_CONFIG_TABLE_FORMATS = ("verl_console",)
 
 
 def _infer_facts(staging: RunStaging, report: RunReport, manifest: RunManifest,
@@ -620,23 +624,23 @@ def _infer_facts(staging: RunStaging, report: RunReport, manifest: RunManifest,
     """What a config dump says, and the run's cap and GPU count: run.toml, else what its logs imply
     (:mod:`analyses.run_facts`)."""
     config = ConfigFacts()
-    if manifest.max_response_length is None or manifest.n_gpus is None or manifest.model is None:
-        for f in report.files:
-            if f.format in _CONFIG_DUMP_FORMATS and f.status in ("ok", "partial"):
-                try:
-                    found = config_dump_file_facts(run_path if run_path.is_file() else run_path / f.path)
-                except OSError:  # the input went away since it was read: its facts are simply not known
-                    continue
-                config = ConfigFacts(config.max_response_length or found.max_response_length, config.n_gpus or found.n_gpus,
-                                     config.model or found.model)
+    for f in report.files:
+        if f.format in _CONFIG_DUMP_FORMATS and f.status in ("ok", "partial"):
+            try:
+                found = config_dump_file_facts(run_path if run_path.is_file() else run_path / f.path)
+            except OSError:  # the input went away since it was read: its facts are simply not known
+                continue
+            config = config.merged(found)
+    declared = ConfigFacts(max_prompt_length=manifest.max_prompt_length, train_batch_size=manifest.train_batch_size,
+                           rollout_n=manifest.rollout_n)
     return config, infer_run_facts(manifest.max_response_length, manifest.n_gpus, config, staging.scan("samples"),
-                           staging.scan("step_metrics"), staging.scan("gpu_samples"))
+                                   staging.scan("step_metrics"), staging.scan("gpu_samples"), declared)
 
 
 def _config_rows(report: RunReport, run_path: Path) -> pl.DataFrame:
     """``run_config``: the config the run's first console log with one states (analyses.config_dump)."""
     for f in report.files:
-        if f.format in _CONFIG_DUMP_FORMATS and f.status in ("ok", "partial"):
+        if f.format in _CONFIG_TABLE_FORMATS and f.status in ("ok", "partial"):
             try:
                 head = read_head(run_path if run_path.is_file() else run_path / f.path, CONFIG_HEAD_BYTES)
             except UnreadableFile:

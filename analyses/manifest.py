@@ -31,6 +31,8 @@ class RunManifest:
     n_gpus: int | None = None
     max_response_length: int | None = None
     max_prompt_length: int | None = None
+    train_batch_size: int | None = None  # prompts per step (what a fit from per-step summaries needs)
+    rollout_n: int | None = None  # responses per prompt
     started_at: datetime | None = None
     tokenizer: str | None = None  # path to a local tokenizer.json, relative to the run dir
     split: str | None = None  # how a directory of several logs becomes runs (analyses.run_split)
@@ -101,7 +103,7 @@ def _as_int(name: str, v: Any) -> int | None:
 
 KNOWN_KEYS = {
     "run_id", "task", "framework", "model", "n_gpus", "max_response_length", "max_prompt_length",
-    "started_at", "tokenizer", "split", "tags",
+    "train_batch_size", "rollout_n", "started_at", "tokenizer", "split", "tags",
 }
 SPLIT_MODES = ("auto", "none", "each")
 
@@ -152,6 +154,8 @@ def _from_toml(data: dict[str, Any], base: Path) -> RunManifest:
         n_gpus=_as_int("n_gpus", data.get("n_gpus")),
         max_response_length=_as_int("max_response_length", data.get("max_response_length")),
         max_prompt_length=_as_int("max_prompt_length", data.get("max_prompt_length")),
+        train_batch_size=_as_int("train_batch_size", data.get("train_batch_size")),
+        rollout_n=_as_int("rollout_n", data.get("rollout_n")),
         started_at=_as_datetime(data.get("started_at")),
         tokenizer=tokenizer,
         split=_as_split(data.get("split")),

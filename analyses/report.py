@@ -429,6 +429,7 @@ def build_report(
     all_pngs: bool = False,
     source: str = "",
     progress: WorkEvents | None = None,
+    extra: Iterable[Section] = (),
 ) -> ReportResult:
     """Write the HTML report for ``runs`` (default: all) of the catalog ``con`` to ``out``.
 
@@ -436,11 +437,12 @@ def build_report(
     ``<out stem>_png`` directory beside the HTML) when ``png`` and a browser is available.
     ``source`` names the warehouse in the report's header. ``progress`` hears ``start`` (the
     steps, :func:`report_steps`) and ``run_start``/``run_done`` per section and for the PNGs.
+    ``extra``: sections built from outside the catalog (the fitted workloads), after the views'.
     """
     emit = progress or (lambda _e, _d: None)
     chosen = selected_runs(con, runs)
     emit("start", {"runs": report_steps(chosen, png)})
-    sections = build_sections(con, chosen, progress)
+    sections = build_sections(con, chosen, progress) + list(extra)
     pngs: dict[str, Path] = {}
     note: str | None = "PNG export not requested"
     if png:

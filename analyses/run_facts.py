@@ -23,6 +23,15 @@ The GPU count (``runs.n_gpus`` / ``runs.n_gpus_source``): ``run.toml``; ``config
 (``trainer.nnodes x trainer.n_gpus_per_node`` of a verl config dump); ``telemetry`` (the GPUs
 whose utilization is not idle for the whole run, :func:`is_idle_whole_run`).
 
+The batch (``runs.train_batch_size``, ``rollout_n``, ``samples_per_step``, ``batch_source``), which
+a fit from per-step summaries needs (:mod:`analyses.fit.summaries`): ``run.toml``, else
+``config_dump`` -- verl's ``data.train_batch_size`` (prompts per step) and
+``actor_rollout_ref.rollout.n`` (responses per prompt), in the dump or as command-line overrides;
+Unsloth's banner ``Total batch size (4 x 1 x 1) = 4`` (completions per optimizer step) and TRL's
+``num_generations``; transformers' ``trainer_state.json`` ``train_batch_size`` (the per-device batch
+times the process's GPUs). The prompt cap ``runs.max_prompt_length``: run.toml, else the dump's
+``data.max_prompt_length``.
+
 A value the logs imply is taken only when plausible (at least 1, at most :data:`MAX_PLAUSIBLE_CAP`
 tokens or :data:`MAX_PLAUSIBLE_GPUS` GPUs); otherwise the next source is asked.
 
@@ -33,7 +42,7 @@ same :func:`point_mass_cap` rule), so the views, the report and the fits agree o
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import polars as pl
@@ -74,15 +83,36 @@ _MODEL_DUMP = re.compile(r"'path':\s*'([^']+)'")
 _MODEL_ARG = re.compile(r"(?:^|\s)actor_rollout_ref\.model\.path=(\S+)")
 _GPUS_ARG = re.compile(r"(?:^|\s)trainer\.n_gpus_per_node=(\d+)")
 _NODES_ARG = re.compile(r"(?:^|\s)trainer\.nnodes=(\d+)")
+_PROMPT_CAP_DUMP = re.compile(r"'max_prompt_length':\s*(\d+)")
+_PROMPT_CAP_ARG = re.compile(r"(?:^|\s)data\.max_prompt_length=(\d+)")
+_TBS_DUMP = re.compile(r"'train_batch_size':\s*(\d+)")
+_TBS_ARG = re.compile(r"(?:^|\s)data\.train_batch_size=(\d+)")
+# the dump prints keys sorted: rollout's own 'n' comes before its val_kwargs' 'n'
+_ROLLOUT = re.compile(r"'rollout':\s*\{")
+_N_DUMP = re.compile(r"'n':\s*(\d+)")
+_N_ARG = re.compile(r"(?:^|\s)actor_rollout_ref\.rollout\.n=(\d+)")
+# transformers / TRL / Unsloth: the banner's total batch, the config's completions per prompt, trainer_state.json
+_TOTAL_BATCH = re.compile(r"Total batch size \([^)]*\)\s*=\s*([\d,]+)")
+_NUM_GENERATIONS = re.compile(r"num_generations`? (?:of |[=:]\s*)(\d+)")
+_STATE_BATCH = re.compile(r'"train_batch_size":\s*(\d+)')
 
 
 @dataclass(frozen=True)
 class ConfigFacts:
-    """What a verl config dump (or the command line printed above it) says."""
+    """What a verl config dump (or the command line printed above it) says, or a transformers
+    run's banner and trainer state."""
 
     max_response_length: int | None = None
     n_gpus: int | None = None
     model: str | None = None
+    max_prompt_length: int | None = None
+    train_batch_size: int | None = None  # prompts per step
+    rollout_n: int | None = None  # responses per prompt (verl rollout.n, TRL num_generations)
+    samples_per_step: int | None = None  # responses per step where only their total is said (transformers)
+
+    def merged(self, other: ConfigFacts) -> ConfigFacts:
+        """Each fact from ``self`` when it has it, else from ``other`` (files read in order)."""
+        return ConfigFacts(*(a if a is not None else b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 def config_dump_facts(text: str) -> ConfigFacts:
@@ -108,7 +138,18 @@ def config_dump_facts(text: str) -> ConfigFacts:
         gpus, nodes = (int(g.group(1)) if g else None), (int(n.group(1)) if n else nodes)
     n_gpus = gpus * (nodes or 1) if gpus else None
     m = _MODEL_DUMP.search(text) or _MODEL_ARG.search(text)
-    return ConfigFacts(cap, n_gpus, m.group(1).rstrip("/") or None if m else None)
+    model = m.group(1).rstrip("/") or None if m else None
+    rollout = _ROLLOUT.search(text)
+    n = _N_DUMP.search(text, rollout.end()) if rollout else None
+    n = n or _N_ARG.search(text) or _NUM_GENERATIONS.search(text)
+    return ConfigFacts(cap, n_gpus, model, _positive(_PROMPT_CAP_DUMP.search(text) or _PROMPT_CAP_ARG.search(text)),
+                       _positive(_TBS_DUMP.search(text) or _TBS_ARG.search(text)), _positive(n),
+                       _positive(_TOTAL_BATCH.search(text) or _STATE_BATCH.search(text)))
+
+
+def _positive(m: re.Match[str] | None) -> int | None:
+    v = int(m.group(1).replace(",", "")) if m else 0
+    return v if v > 0 else None
 
 
 def config_dump_file_facts(path: Path) -> ConfigFacts:
@@ -191,12 +232,28 @@ def first_fact(*candidates: tuple[float | int | None, str],
 
 @dataclass(frozen=True)
 class RunFacts:
-    """The run's cap and GPU count, each with its source (one of :data:`CAP_SOURCES` / :data:`N_GPUS_SOURCES`)."""
+    """The run's cap and GPU count, each with its source (one of :data:`CAP_SOURCES` / :data:`N_GPUS_SOURCES`),
+    and its batch (``batch_source``: ``run.toml`` or ``config_dump``) and prompt cap."""
 
     max_response_length: int | None = None
     max_response_length_source: str | None = None
     n_gpus: int | None = None
     n_gpus_source: str | None = None
+    max_prompt_length: int | None = None
+    train_batch_size: int | None = None
+    rollout_n: int | None = None
+    samples_per_step: int | None = None
+    batch_source: str | None = None
+
+
+def batch_facts(declared: ConfigFacts, config: ConfigFacts) -> tuple[int | None, int | None, int | None, str | None]:
+    """(train batch size, rollout n, samples per step, source): run.toml's when it says any, else
+    the config's (one source for the three, so they describe one batch)."""
+    for src, f in (("run.toml", declared), ("config_dump", config)):
+        if f.train_batch_size or f.samples_per_step:
+            return f.train_batch_size, f.rollout_n, f.samples_per_step, src
+    n = declared.rollout_n or config.rollout_n
+    return None, n, None, None
 
 
 def infer_run_facts(
@@ -206,9 +263,11 @@ def infer_run_facts(
     samples: pl.LazyFrame,
     step_metrics: pl.LazyFrame,
     gpu_samples: pl.LazyFrame,
+    declared: ConfigFacts | None = None,
 ) -> RunFacts:
     """The cap and GPU count from the first source that gives each (lazy: a later source is
-    read only when the earlier ones are silent)."""
+    read only when the earlier ones are silent); the batch and the prompt cap from ``declared``
+    (run.toml), else ``config``."""
     # run.toml is the user's word (validated when it is read); what logs imply must be plausible
     cap, cap_src = first_fact((declared_cap, "run.toml"))
     for source, fact in (("config_dump", lambda: config.max_response_length), ("clip_ratio", lambda: clip_ratio_cap(step_metrics)),
@@ -219,7 +278,10 @@ def infer_run_facts(
     for source, fact in (("config_dump", lambda: config.n_gpus), ("telemetry", lambda: telemetry_gpus_used(gpu_samples))):
         if gpus is None:
             gpus, gpus_src = first_fact((fact(), source), upper=MAX_PLAUSIBLE_GPUS)
-    return RunFacts(int(cap) if cap is not None else None, cap_src, int(gpus) if gpus is not None else None, gpus_src)
+    declared = declared or ConfigFacts()
+    tbs, n, per_step, batch_src = batch_facts(declared, config)
+    return RunFacts(int(cap) if cap is not None else None, cap_src, int(gpus) if gpus is not None else None, gpus_src,
+                    declared.max_prompt_length or config.max_prompt_length, tbs, n, per_step, batch_src)
 
 
 def with_truncation(samples: pl.LazyFrame, cap: int | None) -> pl.LazyFrame:

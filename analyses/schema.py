@@ -51,6 +51,10 @@ RUNS = Table(
         "n_files": I64,
         "n_gpus_source": S,
         "max_response_length_source": S,
+        "train_batch_size": I64,
+        "rollout_n": I64,
+        "samples_per_step": I64,
+        "batch_source": S,
     },
     key=("run_id",),
     docs={
@@ -65,7 +69,13 @@ RUNS = Table(
         "max_response_length": "the response-length cap: run.toml, else a verl config dump, else response_length/max "
         "at steps with clip_ratio > 0, else the shortest response a reader flagged truncated, else a point mass at "
         "the longest response (see max_response_length_source; analyses.run_facts)",
-        "max_prompt_length": "prompt cap in tokens (run.toml)",
+        "max_prompt_length": "prompt cap in tokens (run.toml, else a verl config dump's data.max_prompt_length)",
+        "train_batch_size": "prompts per training step (run.toml, else verl's data.train_batch_size in a config dump or "
+        "command line; see batch_source)",
+        "rollout_n": "responses per prompt (run.toml, else verl's actor_rollout_ref.rollout.n, TRL's num_generations)",
+        "samples_per_step": "responses per step where only their total is logged (Unsloth's `Total batch size`, "
+        "transformers' trainer_state.json train_batch_size)",
+        "batch_source": "where train_batch_size / samples_per_step came from: run.toml | config_dump (NULL: unknown)",
         "started_at": "when the run started (run.toml `started_at`, UTC)",
         "source_dir": "the directory (or file) the run was ingested from, as given to `polytrace ingest`",
         "tags": "JSON object of the free-form run.toml [tags]",

@@ -34,7 +34,8 @@ DUMP = """\x1b[36m(TaskRunner pid=1)\x1b[0m {'actor_rollout_ref': {'model': {'pa
 
 
 def test_config_dump_takes_the_trainer_sections_gpus_not_the_reward_pools_zero() -> None:
-    assert config_dump_facts(DUMP) == ConfigFacts(20480, 16, "/mnt/models/Qwen3-VL-2B-Thinking")  # the actor's, not the critic's
+    # the actor's model, not the critic's; data's prompt cap
+    assert config_dump_facts(DUMP) == ConfigFacts(20480, 16, "/mnt/models/Qwen3-VL-2B-Thinking", 1024)
 
 
 def test_config_from_command_line_overrides_when_no_dump() -> None:

@@ -136,6 +136,9 @@ def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = Non
                 with writing(out):
                     files = f.write(ExportJob(key, w, spec, sd, seed, steps, step_interval_s, dict(options)))
             except KeyError as exc:
+                if (w.get("source") or {}).get("kind") == "summaries":
+                    raise ExportError(f"{fmt}: workload {key!r} has no {exc.args[0]!r}, which this format needs: the "
+                                      "run's per-step summaries do not hold it") from exc
                 raise ExportError(f"{fmt}: workload {key!r} of the spec has no {exc.args[0]!r}, which this format "
                                   "needs (fit the run again with this version)") from exc
             written += [out / p.relative_to(stage.path) for p in files]

@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 
+from analyses.fit.summaries import BatchFacts, summaries_from_metrics
 from analyses.run_facts import PARTIAL_STEP_SHARE
 from analyses.warehouse import run_ids, scan_table
 
@@ -168,3 +169,45 @@ def split_run(frames: RunFrames) -> Split:
     rf = RunFrames(frames.run_id, samples, turns=relabel(frames.turns), tool_calls=relabel(frames.tool_calls),
                    task=frames.task, max_response_length=frames.max_response_length, info=dict(frames.info))
     return Split("prompt_groups", list(range(PSEUDO_STEPS)), partial, rf)
+
+
+@dataclass
+class SummaryFrames:
+    """A step-only run as a fit from summaries takes it: its per-step summaries and batch facts."""
+
+    run_id: str
+    summaries: pl.DataFrame  # analyses.fit.summaries columns
+    facts: BatchFacts
+    task: str | None = None
+    max_response_length: float | None = None
+    steps: pl.DataFrame | None = None
+
+
+def load_summaries(root: Path, run_id: str) -> SummaryFrames:
+    """A run's per-step length summaries (from ``step_metrics``) and the batch facts of its
+    ``runs`` row (:mod:`analyses.run_facts`)."""
+    if run_id not in run_ids(root):
+        raise KeyError(f"run {run_id!r} is not in the warehouse {root}")
+    runs = scan_table(root, "runs", [run_id]).collect()
+    row = runs.row(0, named=True) if runs.height else {}
+    facts = BatchFacts(train_batch_size=row.get("train_batch_size"), rollout_n=row.get("rollout_n"),
+                       step_samples=row.get("samples_per_step"), max_prompt_length=row.get("max_prompt_length"))
+    metrics = scan_table(root, "step_metrics", [run_id]).collect()
+    mrl = row.get("max_response_length")
+    return SummaryFrames(run_id, summaries_from_metrics(metrics, facts), facts, row.get("task"),
+                         float(mrl) if mrl is not None else None, _opt(scan_table(root, "steps", [run_id]).collect()))
+
+
+def has_summaries(root: Path, run_id: str) -> bool:
+    """Whether the run logged per-step response-length means (reads only that run's files)."""
+    return scan_table(root, "step_metrics", [run_id]).filter(
+        (pl.col("metric") == "response_length/mean") & ~pl.col("is_validation").fill_null(False)).head(1).collect().height > 0
+
+
+def runs_with_summaries(root: Path) -> list[str]:
+    """Runs with per-step length summaries and no per-sample lengths (a workload is fitted from the
+    summaries only where the samples are missing)."""
+    df = scan_table(root, "step_metrics").filter(
+        (pl.col("metric") == "response_length/mean") & ~pl.col("is_validation").fill_null(False)
+    ).select("run_id").unique().collect()
+    return sorted(set(df["run_id"].to_list()) - set(runs_with_samples(root)))

@@ -18,7 +18,8 @@ a random-effects model ``l_k = a + b (k - k0) + eta_k + e_k`` with ``eta_k ~ N(0
   is kept almost whole. Beyond the fitted steps the trend is held at half a span's
   extrapolation.
 * ``tau^2 = max(0, residual variance around the trend - mean v_k)``: the step-to-step variation
-  that sampling prompts does not explain (the generator's copula already makes group-level noise).
+  that sampling prompts does not explain (the generator's copula already makes group-level noise);
+  with unequal ``v_k`` the same estimate weighted by ``1 / v_k`` (:func:`step_variance`).
 * ``level_se^2 = (tau^2 + mean v_k) / m``: how well ``a`` is known. The sampler draws it once per
   replay (a seed), the step effect once per step.
 
@@ -155,6 +156,22 @@ def step_levels(steps: np.ndarray, groups: np.ndarray, values: np.ndarray, cap: 
     return uniq, lev, var
 
 
+def step_variance(resid: np.ndarray, v: np.ndarray, dof: float) -> float:
+    """``tau^2`` from the levels' residuals and their sampling variances ``v``: DerSimonian and
+    Laird's moment estimator, ``(Q - dof) / c`` with ``Q = sum(resid^2 / v)`` and ``c`` its
+    expected growth per unit of ``tau^2`` -- with equal ``v`` exactly the residual variance minus
+    ``v``; with unequal ones (a fit from summaries: a step with a runaway knows its level less
+    well) a noisy step does not hide the others' spread."""
+    m = resid.size
+    if dof <= 0 or m < 2:
+        return 0.0
+    v = np.maximum(np.asarray(v, dtype=float), 1e-12)
+    w = 1.0 / v
+    q = float(np.sum(w * resid**2))
+    c = (float(np.sum(w)) - float(np.sum(w * w)) / float(np.sum(w))) * dof / (m - 1)
+    return max(0.0, (q - dof) / c) if c > 0 else 0.0
+
+
 def fit_drift(steps: np.ndarray, values: np.ndarray, groups: np.ndarray | None = None,
               cap: float | None = None) -> tuple[DriftModel, dict[int, float]]:
     """The level model of ``values`` (response lengths) over ``steps`` (one per value), and the
@@ -199,7 +216,7 @@ def drift_from_levels(ks: np.ndarray, lev: np.ndarray, var: np.ndarray,
     resid = lev - mean_l - b * c
     dof = m - 1 - shrink
     s2 = float(np.sum(resid**2)) / dof if dof > 0 else 0.0
-    tau2 = max(0.0, s2 - float(np.mean(v)))
+    tau2 = step_variance(resid, v, dof)
     level_se = math.sqrt((tau2 + float(np.mean(v))) / m)
     blup = resid * (tau2 / (tau2 + v)) if tau2 > 0 else np.zeros(m)
     offsets = (b * c + blup) / att

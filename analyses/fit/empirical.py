@@ -192,6 +192,9 @@ class EmpiricalTailFit:
     # the knots' quantile levels when they are not evenly spaced (a fit from summaries places them
     # densely in both tails, where its contamination components live); None: evenly spaced
     levels: list[float] | None = None
+    # how well the spread of the lengths is known (a fit from summaries): a forecast's replay scales
+    # every length's log-distance from the median by exp(spread_se * z), z ~ N(0, 1) per replay
+    spread_se: float = 0.0
 
     def __post_init__(self) -> None:
         # built once: ppf is called per generated step
@@ -246,14 +249,18 @@ class EmpiricalTailFit:
         return np.where(x > self.threshold, 1 - self.tail_prob + self.tail_prob * g, body)
 
     def ppf(self, u: np.ndarray, factor: np.ndarray | float = 1.0, heavy: np.ndarray | bool = False,
-            tail_scale: np.ndarray | float = 1.0) -> np.ndarray:
+            tail_scale: np.ndarray | float = 1.0, spread: np.ndarray | float = 1.0) -> np.ndarray:
         """Lengths at levels ``u``: the latent quantile (its GPD excess times ``tail_scale``)
         times ``factor`` (a step's level), cut at the cap; a spec-1.0 cap mass stays at the cap
         whatever the factor."""
         u = np.asarray(u, dtype=float)
         cap = u >= 1 - self.p_cap
         v = np.clip(u / max(1 - self.p_cap, 1e-300), 0.0, 1.0)
-        out = self.latent_ppf(v, heavy, tail_scale) * factor
+        out = self.latent_ppf(v, heavy, tail_scale)
+        if np.any(np.asarray(spread) != 1.0):  # a replay's spread: log-distances from the median scaled
+            med = float(np.interp(0.5, self._levels, self._knots))
+            out = med * (np.maximum(out, 1e-9) / med) ** spread
+        out = out * factor
         if self.p_cap > 0:
             out = np.where(cap, self.censor_at if self.censor_at is not None else self.upper, out)
         # with no cap known, never beyond the GPD's truncation point, whatever the step's level
@@ -281,6 +288,7 @@ class EmpiricalTailFit:
                 "last_step": self.last_step,
                 "tail_sd": self.tail_sd,
                 **({"levels": self.levels} if self.levels is not None else {}),
+                **({"spread_se": self.spread_se} if self.spread_se > 0 else {}),
             }
         )
 
@@ -293,7 +301,8 @@ class EmpiricalTailFit:
                    float(d.get("cut_level", 1.0)), float(d.get("heavy_prob") or 0.0),
                    float(d.get("heavy_persistence") or 0.0), bool(d.get("heavy_last")),
                    int(d["last_step"]) if d.get("last_step") is not None else None, float(d.get("tail_sd") or 0.0),
-                   [float(v) for v in d["levels"]] if d.get("levels") is not None else None)
+                   [float(v) for v in d["levels"]] if d.get("levels") is not None else None,
+                   float(d.get("spread_se") or 0.0))
 
 
 def fit_empirical_tail(x: np.ndarray, censor_at: float | None, *, censored: np.ndarray | None = None, integer: bool = True,

@@ -41,10 +41,9 @@ from analyses.fit.data import RunFrames, batch_shape, is_multi_turn, split_run, 
 from analyses.fit.rolling import RealSteps, Scored, origins, score_draws, summary
 from analyses.fit.sampler import draw_steps
 from analyses.fit.scores import hindsight_ceiling, mape_accuracy
-from analyses.fit.select import fit_workload_selected
+from analyses.fit.select import fit_summaries_selected, fit_workload_selected
 from analyses.fit.stepmodel import step_time_fidelity
 from analyses.fit.summaries import summaries_from_samples
-from analyses.fit.summary_fit import fit_workload_from_summaries
 
 DEFAULT_SEEDS = tuple(range(200))
 Progress = Callable[[str, dict[str, Any]], None]
@@ -86,8 +85,8 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress
         ours.append(o)
         base.append(b)
         if summ is not None:
-            sw = fit_workload_from_summaries(summ.filter(pl.col("step").is_in(fitted)), run_id=fr.run_id, task=fr.task,
-                                             max_response_length=fr.max_response_length, samples_per_prompt=k)
+            sw = fit_summaries_selected(summ.filter(pl.col("step").is_in(fitted)), run_id=fr.run_id, task=fr.task,
+                                        max_response_length=fr.max_response_length, samples_per_prompt=k)
             summ_scored.append(score_draws(draw_steps(sw, predicted, seeds), real))
         records.append({"fitted_steps": fitted, "predicted_steps": predicted, "selected": wl["selection"]["selected"],
                         "drift": {k: wl["drift"].get(k) for k in ("kind", "slope_per_step", "step_sd", "level_se")}})

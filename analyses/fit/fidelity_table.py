@@ -43,6 +43,67 @@ def criterion(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+SUMMARY_KS_MARGIN = 0.08
+SUMMARY_RATIO_MAX, SUMMARY_RATIO_MEAN_MAX = 1.5, 1.3
+
+
+def summary_criterion(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The targets of the fit from summaries over the runs that have a ``summary_fit`` block
+    (``polytrace fidelity --from-summaries``): its median KS within 0.08 of the per-sample fit's on
+    every run, its CRPS at most 1.5x the per-sample fit's on every run and 1.3x on average, the
+    pooled 90% coverage in [0.80, 0.97]."""
+    blocks = [(r["run_id"], r["summary_fit"]) for r in results if r.get("summary_fit")]
+    if not blocks:
+        return {}
+    ratios = [b["crps_ratio"] for _, b in blocks if b["crps_ratio"] == b["crps_ratio"]]
+    margins = [b["ks_median"] - b["ks_sample_fit"] for _, b in blocks]
+    cells = sum(b["cells"] for _, b in blocks)
+    cov = sum(b["covered"] for _, b in blocks) / cells if cells else math.nan
+    out = {
+        "runs": len(blocks),
+        "cells": cells,
+        "covered": sum(b["covered"] for _, b in blocks),
+        "pooled_coverage90": cov,
+        "mean_crps_ratio": statistics.fmean(ratios) if ratios else math.nan,
+        "max_crps_ratio": max(ratios) if ratios else math.nan,
+        "max_ks_margin": max(margins) if margins else math.nan,
+        "mean_crps_skill": statistics.fmean(b["crps_skill"] for _, b in blocks),
+    }
+    out["targets"] = {
+        "ks_within_0.08_of_sample_fit_every_run": bool(margins) and out["max_ks_margin"] <= SUMMARY_KS_MARGIN,
+        "crps_ratio_every_run_le_1.5": bool(ratios) and out["max_crps_ratio"] <= SUMMARY_RATIO_MAX,
+        "crps_ratio_mean_le_1.3": bool(ratios) and out["mean_crps_ratio"] <= SUMMARY_RATIO_MEAN_MAX,
+        "pooled_coverage90_in_0.80_0.97": COVERAGE_RANGE[0] <= cov <= COVERAGE_RANGE[1],
+    }
+    return out
+
+
+def summary_fit_table(results: list[dict[str, Any]]) -> str:
+    """The fit from summaries beside the per-sample fit, one line per run, then its targets."""
+    rows = [r for r in results if r.get("summary_fit")]
+    if not rows:
+        return ""
+    w = max([18, *(len(r["run_id"]) for r in rows)])
+    head = (f"{'run':<{w}} {'origins':>7}  {'KS summ/sample':>15}  {'CRPS ratio':>10}  {'CRPS skill':>10}  "
+            f"{'coverage90':>10}")
+    lines = ["fit from per-step summaries alone (min, mean, max, clip ratio, n; verl's global_seqlen; turns, tool time),",
+             "scored as the per-sample fit is, on the same origins and seeds:", head, "-" * len(head)]
+    for r in rows:
+        b = r["summary_fit"]
+        lines.append(f"{r['run_id']:<{w}} {b['origins']:>7}  {_f(b['ks_median'], '.3f'):>6} / {_f(b['ks_sample_fit'], '<.3f'):<6}  "
+                     f"{_f(b['crps_ratio'], '.3f'):>10}  {_f(b['crps_skill'], '+.3f'):>10}  {_f(b['coverage90'], '.3f'):>10}")
+    c = summary_criterion(rows)
+    lines.append("")
+    lines.append(f"pooled coverage90 {_f(c['pooled_coverage90'], '.3f')} = {c['covered']}/{c['cells']} cells; CRPS ratio mean "
+                 f"{_f(c['mean_crps_ratio'], '.3f')} (max {_f(c['max_crps_ratio'], '.3f')}); largest KS margin over the "
+                 f"per-sample fit {_f(c['max_ks_margin'], '+.3f')}")
+    lines.append("targets: " + "  ".join(f"{k}={'PASS' if ok else 'MISS'}" for k, ok in c["targets"].items()))
+    lines.append("KS: median over predicted steps of response lengths (seeds pooled) vs the real step. CRPS ratio: the fit")
+    lines.append("from summaries' mean CRPS / real over the per-step statistics, over the per-sample fit's. CRPS skill: against")
+    lines.append("PolyTrace's histogram fitted on the real samples.")
+    return "\n".join(lines)
+
+
 def _f(v: float | None, fmt: str) -> str:
     return "-" if v is None or v != v else format(v, fmt)
 
@@ -83,6 +144,9 @@ def fidelity_table(results: list[dict[str, Any]]) -> str:
         lines.append("coverage90: share of real per-step statistics inside the ensemble's central 90% interval (calibrated: 0.90).")
         lines.append("KS: per predicted step, generated (seeds pooled) vs real per-sample values. MAPE acc and the hindsight")
         lines.append("ceiling (best constant forecast chosen knowing the answers) are context, not targets.")
+    summ = summary_fit_table(results)
+    if summ:
+        lines += ["", summ]
     if timed:
         lines.append("")
         lines.append("step-time model (time = a + b*tokens + c*longest response; fitted on the first 2/3 of steps), accuracy %:")

@@ -82,6 +82,28 @@ class RealSteps:
             out.values[int(k)] = v
         return out
 
+    @classmethod
+    def from_summaries(cls, summ: pl.DataFrame) -> RealSteps:
+        """The per-step statistics a run's summaries give, for scoring inside its steps (a fit
+        from summaries has no samples to compare with): total tokens, the longest response (a
+        row that averages several steps has none), and for agentic runs the turns and tool time
+        (``n`` x their means); no per-sample values, so no KS."""
+        tot = pl.coalesce(pl.col("total_tokens"), pl.col("n") * (pl.col("prompt_mean") + pl.col("response_mean")))
+        df = summ.select(
+            "step",
+            total_tokens=tot,
+            longest_response=pl.when(pl.col("averaged_steps").fill_null(1) <= 1).then(pl.col("response_max")),
+            turns=pl.col("n") * pl.col("turns_mean"),
+            tool_time_s=pl.col("n") * pl.col("tool_time_mean"),
+        ).sort("step")
+        multi = df["turns"].null_count() < df.height
+        want = ["total_tokens", "longest_response"] + (["turns", "tool_time_s"] if multi else [])
+        names = [c for c in want if df[c].null_count() == 0 and float(df[c].abs().sum()) > 0]
+        out = cls(pl.DataFrame(), None, None, multi, False, names)
+        for row in df.iter_rows(named=True):
+            out.stats[int(row["step"])] = np.array([float(row[c]) for c in names])
+        return out
+
     def frames(self, steps: Sequence[int]) -> tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
         """(samples, turns, tool calls) of the given steps: what a generator is fitted on."""
         keep = pl.col("step").is_in(list(steps))

@@ -79,13 +79,15 @@ def steps_for(workload: dict[str, Any], n_steps: int) -> list[int]:
 
 
 def scaled_ppf(m: Any, u: np.ndarray, factor: np.ndarray | float, cap: float | None = None,
-               heavy: np.ndarray | bool = False, tail_scale: np.ndarray | float = 1.0) -> np.ndarray:
+               heavy: np.ndarray | bool = False, tail_scale: np.ndarray | float = 1.0,
+               spread: np.ndarray | float = 1.0) -> np.ndarray:
     """Quantiles of marginal ``m`` at ``u``, scaled by a step's level ``factor`` and cut at the cap
-    (``heavy``: the steps that draw their extremes from the recorded ones)."""
+    (``heavy``: the steps that draw their extremes from the recorded ones; ``spread``: a replay's
+    spread of an :class:`EmpiricalTailFit` fitted from summaries)."""
     if isinstance(m, ContinuousFit):
         return apply_bounds(m.ppf_raw(u) * factor, m.lower, m.censor_at, m.integer)
     if isinstance(m, EmpiricalTailFit):
-        return m.ppf(u, factor, heavy, tail_scale)
+        return m.ppf(u, factor, heavy, tail_scale, spread)
     v = np.rint(np.asarray(m.ppf(u), dtype=float) * factor)
     return np.minimum(v, cap) if cap is not None else v
 
@@ -110,6 +112,9 @@ class Compiled:
         self.gm = GaussianMixture.from_dict(joint["gaussian_mixture"]) if mixture else None
         self.cop = GroupCopula.from_dict(joint.get("gaussian_copula") or {})
         self.multi = bool(b.get("multi_turn"))
+        # a fit from summaries knows each trajectory's whole response, not its turns' parts: the response
+        # is drawn as a single-turn one and its turns share it (tool results add no tokens of their own)
+        self.whole_response = b.get("trajectory_response") == "marginal"
         if self.multi and "n_turns" not in v:  # a multi-turn workload without its turns is not one to guess
             raise KeyError("variables.n_turns")
         ndp = len(b.get("dp_ranks") or [0])
@@ -157,6 +162,18 @@ def replay_level(c: Compiled, seed: int, key: str, level_uncertainty: bool = Tru
     return out[0], out[1]
 
 
+def replay_spread(c: Compiled, seed: int, key: str, level_uncertainty: bool = True) -> float:
+    """This replay's spread of the response marginal (1: as fitted): ``exp(spread_se * z)`` for a
+    marginal fitted from summaries, whose spread is known only that well; drawn from the replay's
+    stream after the levels' draws, and only by such a workload, so others keep their streams."""
+    se = float(getattr(c.mr, "spread_se", 0.0))
+    if not level_uncertainty or se <= 0:
+        return 1.0
+    rng = replay_rng(seed, key)
+    rng.standard_normal(2), rng.random(2)  # the levels' draws (replay_level)
+    return float(np.exp(se * rng.standard_normal()))
+
+
 def _heavy_prob(m: Any, step: int, forecast: bool) -> float:
     """P(a generated step is heavy-tailed): the chain's forecast for a forecast ensemble, the
     share of heavy steps for an export (:meth:`EmpiricalTailFit.heavy_prob_at`)."""
@@ -173,6 +190,7 @@ def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[i
     steps, seeds = [int(k) for k in steps], [int(s) for s in seeds]
     rows = [(sd, k) for sd in seeds for k in steps]
     replays = {sd: replay_level(c, sd, key, level_uncertainty) for sd in seeds}
+    spreads = {sd: replay_spread(c, sd, key, level_uncertainty) for sd in seeds}
     log_f, log_lat, heavy = np.empty(len(rows)), np.empty(len(rows)), np.zeros(len(rows), bool)
     heavy_prob = {k: _heavy_prob(c.mr, k, level_uncertainty) for k in steps}
     tail_sd, log_tail = float(getattr(c.mr, "tail_sd", 0.0)), np.zeros(len(rows))
@@ -202,12 +220,14 @@ def draw_steps(workload: dict[str, Any], steps: Sequence[int], seeds: Sequence[i
     else:
         up_all, ur_all = np.stack(ups), np.stack(urs)
         prompt_g = np.maximum(np.rint(c.mp.ppf(up_all)), 1.0)
-        resp = scaled_ppf(c.mr, ur_all, factor, c.cap, heavy[:, None], np.exp(log_tail)[:, None])
+        spread = np.array([spreads[sd] for sd, _ in rows])[:, None]
+        resp = scaled_ppf(c.mr, ur_all, factor, c.cap, heavy[:, None], np.exp(log_tail)[:, None], spread)
     out = StepDraws(seeds, steps, np.repeat(prompt_g, c.n, axis=1), resp, c.dp_index, c.n_dp)
     details: list[dict[str, Any]] = [{} for _ in rows]
     if c.multi:
         u_turns = ur_all if ur_all is not None else np.stack([rng.random(c.N) for rng in rngs])
-        rows_mt = c.mt.draw_many(rngs, u_turns, out.prompt, c.cap, np.exp(log_f), np.exp(log_lat))
+        rows_mt = c.mt.draw_many(rngs, u_turns, out.prompt, c.cap, np.exp(log_f), np.exp(log_lat),
+                                 response=resp if c.whole_response else None)
         for r, d in enumerate(rows_mt):
             details[r].update(d)
         out.response = np.stack([d["response"] for d in rows_mt])
@@ -333,14 +353,16 @@ class _MultiTurn:
         self.overhead = float((v.get("tool_overhead_tokens") or {}).get("value", 0.0))
 
     def draw_many(self, rngs: Sequence[np.random.Generator], u_turns: np.ndarray, prompt: np.ndarray, cap: float | None,
-                  level: np.ndarray, lat_level: np.ndarray) -> list[dict[str, Any]]:
+                  level: np.ndarray, lat_level: np.ndarray, response: np.ndarray | None = None) -> list[dict[str, Any]]:
         """Every row's trajectories (a row: one seed's step, with its own stream ``rngs[r]``).
 
         Each row draws its uniforms from its own stream in a fixed order (calls per turn,
         completions, engine latency, then per call the tool, latency, result and failure); the
         uniforms of all rows are then mapped to values at once, the rows' trajectories side by
         side as one long list. ``u_turns[r]`` (the group latent) sets the turn counts; ``level``
-        scales completions and tool results, ``lat_level`` tool latency.
+        scales completions and tool results, ``lat_level`` tool latency. ``response`` (``[rows,
+        samples]``, a fit from summaries): each trajectory's whole response, shared by its turns'
+        completions (the last turn takes the remainder), tool results adding no tokens.
         """
         R, N = u_turns.shape
         n_turns_all = np.maximum(np.asarray(self.turns.ppf(u_turns.ravel())).astype(np.int64), 1).reshape(R, N)
@@ -373,6 +395,10 @@ class _MultiTurn:
             if sel.any():
                 comp[sel] = m.ppf(u_comp[sel])
         comp = np.rint(comp * level[row_of_turn])
+        if response is not None:
+            whole = np.asarray(response, dtype=float).ravel()[traj]
+            share = np.floor(whole / turn_nt)
+            comp = np.where(final, whole - share * (turn_nt - 1), share)
         eng = np.asarray(self.eng.ppf(u_eng), dtype=float) if self.eng is not None else np.zeros(traj.size)
         call_turn = np.repeat(np.arange(traj.size), per_turn)
         call_nt = turn_nt[call_turn]
@@ -399,9 +425,13 @@ class _MultiTurn:
                 pick = np.searchsorted(cum, u_fail[failed] / self.fail[i], side="right")
                 status[failed] = names[np.minimum(pick, names.size - 1)]
         lat, rtok = lat * lat_level[row_of_call], np.rint(rtok * level[row_of_call])
-        tool_add = np.bincount(call_turn, weights=rtok + self.overhead, minlength=traj.size)
+        if response is not None:
+            rtok = np.zeros(C)
+        overhead = 0.0 if response is not None else self.overhead
+        tool_add = np.bincount(call_turn, weights=rtok + overhead, minlength=traj.size)
         inc = comp + tool_add
-        resp = apply_bounds(np.bincount(traj, weights=inc, minlength=n_all), 1.0, cap, True).reshape(R, N)
+        resp = (np.asarray(response, dtype=float).reshape(R, N) if response is not None
+                else apply_bounds(np.bincount(traj, weights=inc, minlength=n_all), 1.0, cap, True).reshape(R, N))
         # prompt of turn t = trajectory prompt + everything appended before it
         csum = np.cumsum(inc) - inc
         before = csum - np.repeat(csum[starts], nt)

@@ -16,6 +16,7 @@ trajectory's turn count (``by_turns``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -24,6 +25,7 @@ from analyses.fit.data import full_and_partial_steps, is_multi_turn, training_sa
 from analyses.fit.empirical import TRIM
 from analyses.fit.rolling import RealSteps, origins, relative_crps, score_draws
 from analyses.fit.sampler import draw_steps
+from analyses.fit.summary_fit import fit_workload_from_summaries
 from analyses.fit.workload import fit_workload
 
 CANDIDATES: dict[str, dict[str, Any]] = {
@@ -38,6 +40,9 @@ MT_CANDIDATES: dict[str, dict[str, Any]] = {"pooled": {"by_turns": False}, "by_t
 # generated trajectories prefilled 3.1% more than the real one; by_turns falls back to the pooled fit for
 # a turn count with fewer than MIN_BY_TURNS observations, so it is never less data than pooled
 DEFAULT, MT_DEFAULT = "all/smooth", "by_turns"
+# a fit from summaries: its runaways (the upper contamination) as heavy steps, or none
+SUMMARY_CANDIDATES: dict[str, dict[str, Any]] = {"smooth": {"heavy": False}, "heavy": {"heavy": True}}
+SUMMARY_DEFAULT = "smooth"
 SELECTION_SEEDS = tuple(range(40))
 MAX_ORIGINS = 3  # the latest origins: what the next steps will most resemble, at a bounded cost
 
@@ -48,25 +53,27 @@ def without_heavy_steps(w: dict[str, Any]) -> dict[str, Any]:
     return {**w, "variables": {**w["variables"], "response_tokens": r}}
 
 
-def validate(samples: pl.DataFrame, kw: dict[str, Any], candidates: dict[str, dict[str, Any]],
-             seeds: tuple[int, ...] = SELECTION_SEEDS, real: RealSteps | None = None) -> dict[str, Any]:
-    """Rolling-origin relative CRPS of every candidate on ``samples`` (the fitted steps only);
-    ``real``: the run's steps already prepared (only the fitted ones are looked at)."""
-    s = training_samples(samples)
-    full, _ = full_and_partial_steps(s)
-    if real is None:
-        real = RealSteps.build(s.filter(pl.col("step").is_in(full)), kw.get("turns"), kw.get("tool_calls"), is_multi_turn(s))
-    used = origins(full)[-MAX_ORIGINS:]
+FitPrefix = Callable[[list[int], dict[str, Any]], dict[str, Any]]
+
+
+def validate(fit_prefix: FitPrefix, steps: list[int], real: RealSteps, candidates: dict[str, dict[str, Any]],
+             seeds: tuple[int, ...] = SELECTION_SEEDS) -> dict[str, Any]:
+    """Rolling-origin relative CRPS of every candidate inside ``steps`` (the fitted ones).
+
+    ``fit_prefix(steps, options)`` fits the workload on a prefix of them (from samples or from
+    summaries: whichever source the caller fits from; a ``ValueError`` makes the candidate
+    ineligible); ``real`` holds the statistics it is scored against. Candidates that differ only in
+    ``heavy`` share a fit (``heavy=False`` is the heavy fit without heavy steps)."""
+    used = origins(steps)[-MAX_ORIGINS:]
     scored: dict[str, list | None] = {c: [] for c in candidates}
     for fitted, predicted in used:
-        fs, ft, fc = real.frames(fitted)
-        fits: dict[str, dict[str, Any] | None] = {}  # candidates that differ only in heavy steps share a fit
+        fits: dict[str, dict[str, Any] | None] = {}
         for name, opts in candidates.items():
             base = {k: v for k, v in opts.items() if k != "heavy"}
             fkey = repr(sorted(base.items()))
             if fkey not in fits:
                 try:
-                    fits[fkey] = fit_workload(fs, **{**kw, "turns": ft, "tool_calls": fc, "for_export": False, **base, "heavy": True})
+                    fits[fkey] = fit_prefix(fitted, {**base, "heavy": True})
                 except ValueError:  # this candidate cannot be fitted here: it is not eligible
                     fits[fkey] = None
             w = fits[fkey]
@@ -95,8 +102,43 @@ def fit_workload_selected(samples: pl.DataFrame, real: RealSteps | None = None, 
     s = training_samples(samples)
     multi = is_multi_turn(s)
     candidates, default = (MT_CANDIDATES, MT_DEFAULT) if multi else (CANDIDATES, DEFAULT)
-    cv = validate(samples, kw, candidates, real=real) if s["step"].n_unique() >= 3 else {"origins": [], "relative_crps": {}}
+    full, _ = full_and_partial_steps(s)
+    cv: dict[str, Any] = {"origins": [], "relative_crps": {}}
+    if len(full) >= 3:
+        if real is None:
+            real = RealSteps.build(s.filter(pl.col("step").is_in(full)), kw.get("turns"), kw.get("tool_calls"), multi)
+
+        def fit_prefix(steps: list[int], opts: dict[str, Any]) -> dict[str, Any]:
+            fs, ft, fc = real.frames(steps)
+            return fit_workload(fs, **{**kw, "turns": ft, "tool_calls": fc, "for_export": False, **opts})
+
+        cv = validate(fit_prefix, full, real, candidates)
     best = choose(cv["relative_crps"], default)
     wl = fit_workload(samples, **{**kw, **candidates[best]})
+    wl["selection"] = {"selected": best, "default": default, **cv}
+    return wl
+
+
+def fit_summaries_selected(summ: pl.DataFrame, **kw: Any) -> dict[str, Any]:
+    """:func:`~analyses.fit.summary_fit.fit_workload_from_summaries` with its options chosen as
+    :func:`fit_workload_selected` chooses them, the fitted steps' logged statistics
+    (:meth:`RealSteps.from_summaries`: total tokens, longest response; turns and tool time) standing
+    for the samples it does not have."""
+    steps = sorted(int(k) for k in summ["step"])
+    cv: dict[str, Any] = {"origins": [], "relative_crps": {}}
+    real = RealSteps.from_summaries(summ)
+    if len(steps) >= 3 and real.names:
+
+        def fit_prefix(prefix: list[int], opts: dict[str, Any]) -> dict[str, Any]:
+            return fit_workload_from_summaries(summ.filter(pl.col("step").is_in(prefix)), **{**kw, **opts})
+
+        cv = validate(fit_prefix, steps, real, SUMMARY_CANDIDATES)
+    wl = fit_workload_from_summaries(summ, **{**kw, "heavy": True})
+    # with no origin to choose by: runaways as the fitted steps had them (heavy steps when most were)
+    r = wl["variables"]["response_tokens"]
+    default = "heavy" if float(r.get("heavy_prob") or 0.0) >= 0.5 else SUMMARY_DEFAULT
+    best = choose(cv["relative_crps"], default)
+    if SUMMARY_CANDIDATES[best].get("heavy") is False:
+        wl = without_heavy_steps(wl)
     wl["selection"] = {"selected": best, "default": default, **cv}
     return wl

@@ -91,7 +91,7 @@ class BatchFacts:
 
     train_batch_size: int | None = None  # prompts per step
     rollout_n: int | None = None  # responses per prompt
-    per_device_batch_size: int | None = None  # transformers' per-device (or total) batch of completions
+    step_samples: int | None = None  # responses per step where only their total is said (transformers)
     world_size: int | None = None  # data-parallel ranks (verl's global_seqlen partitions)
     max_prompt_length: int | None = None
 
@@ -99,7 +99,7 @@ class BatchFacts:
     def samples_per_step(self) -> int | None:
         if self.train_batch_size:
             return int(self.train_batch_size) * int(self.rollout_n or 1)
-        return int(self.per_device_batch_size) if self.per_device_batch_size else None
+        return int(self.step_samples) if self.step_samples else None
 
 
 def empty_summaries() -> pl.DataFrame:

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from scipy import optimize, special
+from scipy import optimize, special, stats
 
 from analyses.fit.continuous import json_safe
 from analyses.fit.drift import DriftModel, drift_from_levels
@@ -50,6 +50,10 @@ from analyses.fit.empirical import HEAVY_QUANTILE, MAX_EXTREMES, EmpiricalTailFi
 from analyses.fit.stepshape import SCIPY_NAME, StepShape, capped_mean, mid_mean, mid_var, solve_levels
 
 FAMILY = "logistic"
+# the response body's other candidate: left-skewed on the log axis (Weibull lengths), as agent
+# trajectories are; it replaces the log-logistic only when the summaries favour it by FAMILY_MARGIN
+OTHER_FAMILIES = ("gumbel_min",)
+FAMILY_MARGIN = 2.0
 S_GRID = tuple(float(v) for v in np.exp(np.linspace(math.log(0.03), math.log(2.0), 11)))
 LOG_EPS = (math.log(1e-7), math.log(0.05))
 EPS_START = 1e-4
@@ -57,6 +61,8 @@ KNOT_LOGITS = 18.0  # knot levels from expit(-18) ~ 1.5e-8 to 1 - 1.5e-8, logit-
 N_KNOTS = 513
 UPPER_OVER_CAP = math.e  # the upper contamination reaches e x the cap (its part beyond is cut there)
 UPPER_OVER_MAX = 2.0  # ... or, with no cap known, twice the longest length logged
+SPREAD_STEP = 0.1  # the step in log s of the profile likelihood's curvature
+MAX_SPREAD_SE = 0.5
 DEFAULT_WITHIN = 0.25  # within-group correlation where the summaries do not tell it
 
 
@@ -75,6 +81,7 @@ class LengthSummaries:
     cap: float | None
     term_mean: np.ndarray | None = None  # mean of the draws below the cap (TRL)
     statistics: list[str] = field(default_factory=list)
+    half: float = 0.5  # half the rounding of a logged value: 0.5 for token counts; 0 for seconds (densities)
 
     @classmethod
     def from_frame(cls, summ: pl.DataFrame, name: str, n_col: str, cap: float | None,
@@ -108,30 +115,35 @@ class _Rows:
 
     def __init__(self, d: LengthSummaries) -> None:
         self.d = d
-        ok = np.isfinite(d.mean) & (d.n >= 1)
+        h = d.half
+        self.floor = 0.5 if h > 0 else 1e-9  # the smallest value a length can round from
+        ok = np.isfinite(d.mean) & (d.n >= 1) & (d.mean > 0)
+        one = d.averaged <= 1
         ext = ok & np.isfinite(d.lo) & np.isfinite(d.hi)
-        self.exact = ext & (d.averaged <= 1) & (d.n >= 2)  # one batch's min and max
-        self.avg = ext & (d.averaged > 1)  # means of per-step extremes
-        self.plain = ok & ~self.exact & ~self.avg  # a mean only
+        self.exact = ext & one & (d.n >= 2)  # one batch's min and max
+        self.maxonly = ok & one & ~np.isfinite(d.lo) & np.isfinite(d.hi) & (d.n >= 2)  # its max alone
+        self.avg = ext & ~one  # means of per-step extremes
+        self.plain = ok & ~self.exact & ~self.maxonly & ~self.avg  # a mean only
         cap = d.cap if d.cap is not None else math.inf
         self.cap = cap
         c = np.rint(np.where(self.exact, d.clipped, 0.0))
         self.c = np.minimum(c, np.maximum(d.n - 1, 0))
         self.cut = self.exact & (self.c >= 1)
-        # the window and mean of the draws between the extremes (exact rows); the whole range otherwise
-        k = d.n - 1 - np.where(self.cut, self.c, 1)
-        tot = d.n * d.mean - np.nan_to_num(d.lo) - np.where(self.cut, self.c * np.where(np.isfinite(cap), cap, 0.0),
-                                                             np.nan_to_num(d.hi))
-        mid_ok = self.exact & (k >= 1) & (tot > 0)
+        # the window and mean of the draws between the extremes (one batch's rows); the whole range otherwise
+        lo_known = self.exact
+        k = d.n - np.where(lo_known, 1, 0) - np.where(self.cut, self.c, 1)
+        tot = (d.n * d.mean - np.where(lo_known, np.nan_to_num(d.lo), 0.0)
+               - np.where(self.cut, self.c * np.where(np.isfinite(cap), cap, 0.0), np.nan_to_num(d.hi)))
+        mid_ok = (self.exact | self.maxonly) & (k >= 1) & (tot > 0)
         self.target = np.where(mid_ok, tot / np.maximum(k, 1), d.mean)
         self.k = np.where(mid_ok, k, d.n * np.maximum(d.averaged, 1))
-        self.win_lo = np.where(mid_ok, np.maximum(d.lo - 0.5, 0.5), 0.5)
-        self.win_hi = np.where(mid_ok, np.where(self.cut, cap - 0.5, d.hi + 0.5), math.inf)
+        self.win_lo = np.where(mid_ok & lo_known, np.maximum(d.lo - h, self.floor), self.floor)
+        self.win_hi = np.where(mid_ok, np.where(self.cut, cap - h, d.hi + h), math.inf)
         self.mid = mid_ok
         term = d.term_mean if d.term_mean is not None else np.full(d.mean.shape, np.nan)
         self.use_term = ~mid_ok & np.isfinite(term) & np.isfinite(cap)
         self.target = np.where(self.use_term, term, self.target)
-        self.win_hi = np.where(self.use_term, cap - 0.5, self.win_hi)
+        self.win_hi = np.where(self.use_term, cap - h, self.win_hi)
 
 
 def _levels(shape: StepShape, r: _Rows, guess: np.ndarray | None = None) -> np.ndarray:
@@ -167,29 +179,39 @@ def _extreme_moments(shape: StepShape, mu: np.ndarray, n: np.ndarray, cap: float
 
 
 def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray) -> np.ndarray:
-    """Each row's log-likelihood of its extremes (and clip count) given the levels (module text)."""
+    """Each row's log-likelihood of its extremes (and clip count) given the levels (module text).
+    Token counts are integers (an extreme's probability is the mass within half a token of it);
+    seconds (``half = 0``) enter by their density."""
     d = r.d
     n = d.n
+    h = d.half
     ll = np.zeros(n.size)
-    if r.exact.any():
-        # every endpoint at once: min -+ 1/2, max -+ 1/2, the top of the middle, the cap
-        top = np.where(r.cut, r.cap - 0.5, d.hi - 0.5)
-        cap = np.full(n.shape, r.cap - 0.5 if np.isfinite(r.cap) else np.inf)
-        t = _t(np.stack([d.lo - 0.5, d.lo + 0.5, d.hi - 0.5, d.hi + 0.5, top, cap]), mu)
+    one = r.exact | r.maxonly
+    if one.any():
+        # every endpoint at once: min -+ h, max -+ h, the top of the middle, the cap
+        lo = np.where(r.exact, d.lo, r.floor)
+        top = np.where(r.cut, r.cap - h, d.hi - h)
+        cap = np.full(n.shape, r.cap - h if np.isfinite(r.cap) else np.inf)
+        t = _t(np.stack([lo - h, lo + h, d.hi - h, d.hi + h, top, cap]), mu)
         c, s = shape.cdf_sf(t)
 
         def mass(i: int, j: int) -> np.ndarray:
             return np.maximum(np.where(t[i] > 0, s[i] - s[j], c[j] - c[i]), 0.0) + 1e-300
 
-        lp_lo, lp_hi, mid = np.log(mass(0, 1)), np.log(mass(2, 3)), np.log(mass(1, 4))
-        uncut = np.log(n) + np.log(np.maximum(n - 1, 1)) + lp_lo + lp_hi + (n - 2) * mid
+        if h > 0:
+            lp_lo, lp_hi = np.log(mass(0, 1)), np.log(mass(2, 3))
+        else:  # densities in x: pdf(t) / x
+            lp_lo = np.log(shape.pdf(t[0]) + 1e-300) - np.log(np.maximum(lo, 1e-300))
+            lp_hi = np.log(shape.pdf(t[2]) + 1e-300) - np.log(np.maximum(d.hi, 1e-300))
+        mid = np.log(mass(1, 4))
+        both = np.log(n) + np.log(np.maximum(n - 1, 1)) + lp_lo + lp_hi + (n - 2) * mid
         if np.isfinite(r.cap):
             cut = (special.gammaln(n + 1) - special.gammaln(r.c + 1) - special.gammaln(np.maximum(n - r.c, 1))
                    + r.c * np.log(s[5] + 1e-300) + lp_lo + (n - r.c - 1) * mid)
-            uncut = np.where(r.cut, cut, uncut)
-        same = d.lo >= d.hi  # every draw the same length
-        uncut = np.where(same, n * lp_lo, uncut)
-        ll = np.where(r.exact, uncut, ll)
+            both = np.where(r.cut, cut, both)
+        both = np.where(d.lo >= d.hi, n * lp_lo, both)  # every draw the same length
+        top_only = np.log(n) + lp_hi + (n - 1) * np.log(np.maximum(c[2], 1e-300))
+        ll = np.where(r.exact, both, np.where(r.maxonly, top_only, ll))
     if r.avg.any():
         idx = np.flatnonzero(r.avg)
         e_lo, v_lo, e_hi, v_hi = _extreme_moments(shape, mu[idx], n[idx], r.cap)
@@ -200,7 +222,7 @@ def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray) -> np.ndarray:
         if np.isfinite(r.cap):
             trials = n[idx] * a
             k = d.clipped[idx] * a
-            p = np.clip(shape.sf(_t(np.full(idx.size, r.cap - 0.5), mu[idx])), 1e-300, 1 - 1e-16)
+            p = np.clip(shape.sf(_t(np.full(idx.size, r.cap - h), mu[idx])), 1e-300, 1 - 1e-16)
             part = part + k * np.log(p) + (trials - k) * np.log1p(-p)
         ll[idx] = part
     return ll
@@ -217,6 +239,7 @@ class LevelFit:
     loglik: float
     data: LengthSummaries
     upper: float
+    spread_se: float = 0.0  # standard error of log s (profile likelihood)
 
     def marginal(self, level: float, integer: bool = True, lower: float = 1.0) -> EmpiricalTailFit:
         """The shape at ``level`` as the generator's marginal: its quantile function on knots dense
@@ -230,7 +253,8 @@ class LevelFit:
         cap = self.data.cap
         n = int(np.sum(self.data.n * np.maximum(self.data.averaged, 1)))
         return EmpiricalTailFit([float(v) for v in knots], 0.0, 0.0, 1.0, float(self.upper), cap, 0.0, max(n, 1),
-                                int(np.sum(self.data.clipped)), integer, lower, levels=[float(v) for v in levels])
+                                int(np.sum(self.data.clipped)), integer, lower, levels=[float(v) for v in levels],
+                                spread_se=self.spread_se)
 
     def step_quantiles(self, probs: np.ndarray) -> np.ndarray:
         """``[steps, probs]``: each fitted step's length quantiles (cut at the cap)."""
@@ -278,7 +302,7 @@ def _shared_level(shape: StepShape, r: _Rows) -> np.ndarray:
     w = d.n * np.maximum(d.averaged, 1)
     target = np.array([float(np.sum(w * d.mean) / np.sum(w))])
     cap = r.cap if np.isfinite(r.cap) else None
-    mu = solve_levels(shape, target, np.array([0.5]), np.array([float(np.nanmax(d.mean)) * 1e3]),
+    mu = solve_levels(shape, target, np.array([r.floor]), np.array([float(np.nanmax(d.mean)) * 1e3]),
                       mean_fn=lambda m: capped_mean(shape, m, cap))
     return np.full(d.n.size, float(mu[0]))
 
@@ -288,8 +312,8 @@ def mean_terms(shape: StepShape, r: _Rows, mu: np.ndarray) -> np.ndarray:
     ``Var / n`` (the step means of a variable that does not drift scatter by sampling alone, so
     their spread says how wide the variable is)."""
     d = r.d
-    hi = np.full(mu.shape, r.cap - 0.5 if np.isfinite(r.cap) else np.inf)
-    lo = np.full(mu.shape, 0.5)
+    hi = np.full(mu.shape, r.cap - d.half if np.isfinite(r.cap) else np.inf)
+    lo = np.full(mu.shape, r.floor)
     e = capped_mean(shape, mu, r.cap if np.isfinite(r.cap) else None)
     v = mid_var(shape, mu, lo, hi) / np.maximum(d.n * np.maximum(d.averaged, 1), 1)
     ok = np.isfinite(v) & (v > 0) & np.isfinite(e)
@@ -308,14 +332,14 @@ def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, pe
     each ``s`` the contamination weights maximise the likelihood with the levels held, then the
     levels are solved again."""
     r = _Rows(d)
-    use = r.exact | r.avg | r.plain
+    use = r.exact | r.maxonly | r.avg | r.plain
     if not use.any():
         raise ValueError(f"no step has a {d.name} length mean and a sample count")
     mbar = float(np.exp(np.mean(np.log(np.maximum(d.mean[use], 1.0)))))
     upper = _upper(d)
     lam_lo = max(math.log(max(mbar, 1.0)), 0.5)
     lam_hi = max(math.log(upper) - math.log(max(mbar, 1.0)), 0.5)
-    informative = (r.exact | r.avg).any() or (shared and d.n.size > 1)
+    informative = (r.exact | r.maxonly | r.avg).any() or (shared and d.n.size > 1)
 
     def make(s: float, le: np.ndarray) -> StepShape:
         return StepShape(family, s, math.exp(le[0]), math.exp(le[1]), lam_lo, lam_hi)
@@ -368,7 +392,14 @@ def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, pe
             s = math.exp(ref.x)
     shape = make(s, le)
     design = 1.0 + max(per_prompt - 1, 0) * within
-    return LevelFit(shape, d.steps, mu, _level_var(shape, r, mu, design), ll, d, upper)
+    out = LevelFit(shape, d.steps, mu, _level_var(shape, r, mu, design), ll, d, upper)
+    if informative:
+        # how well the summaries know the spread: the profile likelihood's curvature in log s
+        h = SPREAD_STEP
+        lp, lm = at(s * math.exp(h), le, mu)[0], at(s * math.exp(-h), le, mu)[0]
+        curv = (lp - 2 * ll + lm) / (h * h)
+        out.spread_se = min(1.0 / math.sqrt(-curv), MAX_SPREAD_SE) if curv < 0 else MAX_SPREAD_SE
+    return out
 
 
 def heavy_flags(fit: LevelFit) -> np.ndarray:
@@ -407,28 +438,95 @@ def heavy_entry(fit: LevelFit, level: float, flags: np.ndarray) -> dict[str, Any
             "heavy_persistence": heavy_chain(flags), "heavy_last": bool(flags[-1]), "last_step": int(fit.steps[-1])}
 
 
+def dispersion(fit: LevelFit) -> float:
+    """How much more the step means of a shared-level fit scatter than its shape says they should:
+    their variance over the shape's ``Var / n`` (1: as sampling alone would)."""
+    r = _Rows(fit.data)
+    if fit.data.n.size < 3:
+        return 1.0
+    d = fit.data
+    hi = np.full(fit.mu.shape, r.cap - d.half if np.isfinite(r.cap) else fit.upper)
+    v = mid_var(fit.shape, fit.mu, np.full(fit.mu.shape, r.floor), hi) / np.maximum(d.n * np.maximum(d.averaged, 1), 1)
+    obs = float(np.var(d.mean, ddof=1))
+    model = float(np.mean(v))
+    return obs / model if model > 0 and np.isfinite(model) else 1.0
+
+
+def widened(fit: LevelFit) -> LevelFit:
+    """A shared-level fit whose step means scatter more than its shape allows, with the body's
+    scale raised until they do not: the variable's variance is what a step's sum depends on, and min, mean and max
+    cannot tell a two-cluster variable (a video run's prompts: 30% near 1,060 tokens, 70% near
+    4,000) from one cluster, while the scatter of the step means says how wide it is."""
+    m = fit.data.n.size
+    ratio = dispersion(fit)
+    if m < 3 or ratio <= 1.0:
+        return fit
+    sh = fit.shape
+    r = _Rows(fit.data)
+
+    def at(log_s: float) -> LevelFit:
+        shape = StepShape(sh.family, math.exp(log_s), sh.eps_lo, sh.eps_hi, sh.lam_lo, sh.lam_hi)
+        mu = _shared_level(shape, r)
+        return LevelFit(shape, fit.steps, mu, fit.mu_var, fit.loglik, fit.data, fit.upper)
+
+    lo, hi = math.log(sh.s), math.log(max(S_GRID[-1], sh.s * 2))
+    if dispersion(at(hi)) > 1.0:
+        return at(hi)
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if dispersion(at(mid)) > 1.0 else (lo, mid)
+    return at(hi)
+
+
+def fit_body(d: LengthSummaries, within: float = 0.0, per_prompt: int = 1) -> LevelFit:
+    """:func:`fit_levels` with the body's family chosen: the log-logistic, unless another candidate's
+    likelihood is higher by more than :data:`FAMILY_MARGIN` (the log-logistic was the closest
+    family to every recorded run's steps; a left-skewed body fits agent trajectories better)."""
+    best = fit_levels(d, FAMILY, within, per_prompt)
+    for fam in OTHER_FAMILIES:
+        other = fit_levels(d, fam, within, per_prompt)
+        if other.loglik > best.loglik + FAMILY_MARGIN:
+            best = other
+    return best
+
+
 def drift_of(fit: LevelFit) -> tuple[DriftModel, dict[int, float]]:
     """The step-level model of the fitted levels (latent: no attenuation by the cap)."""
     return drift_from_levels(fit.steps, fit.mu, fit.mu_var, 1.0)
 
 
 def marginal_entry(fit: LevelFit, level: float, statistics: list[str], integer: bool = True,
-                   heavy: bool = False) -> dict[str, Any]:
+                   heavy: bool | None = None, lower: float = 1.0) -> dict[str, Any]:
     """The spec variable of a fitted length: the generator's marginal, what it came from.
-    ``heavy``: runaways as heavy steps (:func:`heavy_entry`) when some fitted step had one."""
-    flags = heavy_flags(fit) if heavy else np.zeros(0, bool)
-    if flags.any():
+    ``heavy`` (responses): the marginal is the body and the lower contamination, and the upper
+    contamination's runaways come as heavy steps (:func:`heavy_entry`; ``False``: no runaways at
+    all); ``None`` (prompts): the whole mixture, every draw alike."""
+    if heavy is None:
+        d = fit.marginal(level, integer=integer, lower=lower).to_dict()
+    else:
         sh = fit.shape
         quiet = LevelFit(StepShape(sh.family, sh.s, sh.eps_lo / (1 - sh.eps_hi), 0.0, sh.lam_lo, sh.lam_hi),
-                         fit.steps, fit.mu, fit.mu_var, fit.loglik, fit.data, fit.upper)
-        d = quiet.marginal(level, integer=integer).to_dict()
-        d.update(heavy_entry(fit, level, flags))
-    else:
-        d = fit.marginal(level, integer=integer).to_dict()
+                         fit.steps, fit.mu, fit.mu_var, fit.loglik, fit.data, fit.upper, fit.spread_se)
+        d = quiet.marginal(level, integer=integer, lower=lower).to_dict()
+        if heavy and sh.eps_hi > 0:
+            d.update(heavy_entry(fit, level, heavy_flags(fit)))
     d["fitted_from"] = "summaries"
     d["statistics"] = list(statistics)
     d["body"] = json_safe(fit.body())
+    d["scipy_fallback"] = scipy_body(fit, level, integer, lower)
     return d
+
+
+def scipy_body(fit: LevelFit, level: float, integer: bool = True, lower: float = 1.0) -> dict[str, Any]:
+    """The body as the plain scipy family it is (``fisk`` c = 1/s, ``weibull_min`` c = 1/s, ``lognorm``
+    s; scale e^level), for consumers that read scipy marginals (PolyTrace's parameter file)."""
+    sh = fit.shape
+    fam = SCIPY_NAME[sh.family]
+    shape_param, name = (sh.s, "s") if fam == "lognorm" else (1.0 / sh.s, "c")
+    return {"kind": "continuous", "family": fam, "params": [shape_param, 0.0, math.exp(level)],
+            "param_names": [name, "loc", "scale"], "censor_at": fit.data.cap,
+            "n": max(int(np.sum(fit.data.n * np.maximum(fit.data.averaged, 1))), 1), "n_censored": int(np.sum(fit.data.clipped)),
+            "integer": integer, "lower": lower, "gof": {}, "candidates": []}
 
 
 # summary column -> the canonical metric it is read from (what a spec says it used)
@@ -453,26 +551,120 @@ def summary_cap(summ: pl.DataFrame, declared: float | None) -> float | None:
     return float(cut.max()) if cut.len() else None
 
 
-def _prompt_variable(summ: pl.DataFrame, per_prompt: int) -> dict[str, Any] | None:
+def _prompt_variable(summ: pl.DataFrame, per_prompt: int) -> tuple[dict[str, Any] | None, LevelFit | None]:
     """Prompt lengths from their summaries (over prompts: verl repeats a prompt per response),
-    or a constant at the mean a token count implies (TRL), or None when the logs hold neither."""
+    or a constant at the mean a token count implies (TRL), or None when the logs hold neither;
+    with the fit when there is one."""
     rows = summ.filter(pl.col("prompt_mean").is_not_null())
     if rows.height:
         lo, hi = rows["prompt_min"].drop_nulls(), rows["prompt_max"].drop_nulls()
         if lo.len() and hi.len() and float(lo.min()) == float(hi.max()):
             v = float(lo.min())
-            return {"kind": "categorical", "values": [v], "probs": [1.0], "fitted_from": "summaries",
-                    "statistics": ["prompt_length/min", "prompt_length/max"]}
+            return {"kind": "categorical", "values": [v], "probs": [1.0], "n": int(rows["n"].sum()),
+                    "fitted_from": "summaries", "statistics": ["prompt_length/min", "prompt_length/max"]}, None
         prompts = rows.with_columns(n_p=pl.coalesce(pl.col("n_prompts"), pl.col("n") / float(per_prompt)))
-        d = LengthSummaries.from_frame(prompts, "prompt", "n_p", None, SPELLINGS)
-        fit = fit_levels(d, shared=True)
-        return marginal_entry(fit, float(np.mean(fit.mu)), d.statistics)
+        # no prompt cap known: the sampler cuts a marginal at twice its largest value, so the fit does too
+        cap = UPPER_OVER_MAX * float(hi.max()) if hi.len() else None
+        d = LengthSummaries.from_frame(prompts, "prompt", "n_p", cap, SPELLINGS)
+        fit = widened(fit_levels(d, shared=True))
+        return marginal_entry(fit, float(np.mean(fit.mu)), d.statistics), fit
     implied = summ.select(p=pl.col("total_tokens") / pl.col("n") - pl.col("response_mean"))["p"].drop_nulls()
     implied = implied.filter(implied > 0)
     if implied.len():
-        return {"kind": "categorical", "values": [float(round(implied.mean()))], "probs": [1.0], "fitted_from": "summaries",
-                "statistics": ["perf/cumulative_num_tokens", "response_length/mean"]}
-    return None
+        return {"kind": "categorical", "values": [float(round(implied.mean()))], "probs": [1.0],
+                "n": int(summ["n"].drop_nulls().sum()), "fitted_from": "summaries",
+                "statistics": ["perf/cumulative_num_tokens", "response_length/mean"]}, None
+    return None, None
+
+
+def turns_variable(summ: pl.DataFrame) -> dict[str, Any] | None:
+    """Assistant turns per trajectory: ``1 + Binomial(t_max - t_min, p)`` on the logged range (the
+    fewest and most turns of any step: the loop's own bounds), ``p`` from the steps' pooled mean --
+    every turn after the first is one more decision to call a tool. A mean with its support is all
+    the summaries say; at n >= 100 trajectories a step's min and max are the support's ends."""
+    rows = summ.filter(pl.col("turns_mean").is_not_null())
+    if rows.height == 0:
+        return None
+    lo = int(rows["turns_min"].drop_nulls().min() or 1)
+    hi = int(rows["turns_max"].drop_nulls().max() or max(lo, round(float(rows["turns_mean"].max()))))
+    lo, hi = max(lo, 1), max(hi, lo)
+    w = rows["n"].fill_null(1.0).to_numpy()
+    mean = float(np.sum(w * rows["turns_mean"].to_numpy()) / np.sum(w))
+    support = list(range(lo, hi + 1))
+    if hi == lo:
+        pmf = [1.0]
+        p = 0.0
+    else:
+        p = float(np.clip((mean - lo) / (hi - lo), 0.0, 1.0))
+        pmf = [float(v) for v in stats.binom.pmf(np.arange(hi - lo + 1), hi - lo, p)]
+    return {"kind": "discrete", "method": "binomial", "support": support, "pmf": pmf, "params": {"p": p, "shift": lo},
+            "shift": lo, "n": int(np.sum(w)), "aic": None, "fitted_from": "summaries",
+            "statistics": ["num_turns/mean", "num_turns/min", "num_turns/max"]}
+
+
+def tool_variable(summ: pl.DataFrame) -> tuple[dict[str, Any], DriftModel] | None:
+    """One tool whose calls (one per turn but the last) take the seconds the logged per-trajectory
+    tool time implies: each step's mean per call (tool time mean / (turns mean - 1)) sets its
+    level, and the longest trajectory's tool time, taken as the longest call of the step's calls
+    (an upper bound: it can only widen the fit), its spread; with the level model of the calls'
+    latency (a tool server's latency moves with its load: the per-sample fit's ``tool_latency_drift``)."""
+    rows = summ.filter(pl.col("tool_time_mean").is_not_null() & pl.col("turns_mean").is_not_null()
+                       & (pl.col("turns_mean") > 1.0) & (pl.col("tool_time_mean") > 0))
+    if rows.height == 0:
+        return None
+    calls = rows.select("step", n=pl.col("n") * (pl.col("turns_mean") - 1.0), averaged_steps="averaged_steps",
+                        call_mean=pl.col("tool_time_mean") / (pl.col("turns_mean") - 1.0), call_max="tool_time_max")
+    d = LengthSummaries("call", calls["step"].to_numpy(), calls["n"].to_numpy(), calls["call_mean"].to_numpy(),
+                        np.full(calls.height, np.nan), calls["call_max"].fill_null(np.nan).to_numpy(),
+                        np.zeros(calls.height), calls["averaged_steps"].fill_null(1.0).to_numpy(), None,
+                        statistics=["timing_s/agent_loop/tool_calls/mean", "timing_s/agent_loop/tool_calls/max",
+                                    "num_turns/mean"], half=0.0)
+    fit = fit_levels(d)
+    drift, _ = drift_of(fit)
+    lat = marginal_entry(fit, drift.reference, d.statistics, integer=False, lower=0.0)
+    n = int(round(float(calls["n"].sum())))
+    return {"tool": {"share": 1.0, "n": max(n, 1), "latency_s": lat, "failure_rate": 0.0, "failure_statuses": {}}}, drift
+
+
+WITHIN_PRIOR = (1.0, 3.0)  # Beta prior of the within-group correlation: mean DEFAULT_WITHIN, nearly flat
+WITHIN_GRID = np.linspace(0.0, 0.95, 96)
+
+
+def within_from_seqlen(summ: pl.DataFrame, resp: LevelFit, prompt: LevelFit | None, per_prompt: int) -> float | None:
+    """The within-group correlation of response lengths from verl's ``global_seqlen``: each of the
+    ``R`` ranks sums ``G / R`` whole prompt groups, ``k`` prompt copies and ``k`` responses each, so a
+    rank's sum has variance ``G/R (k^2 Var(prompt) + k Var(response) (1 + (k - 1) rho))`` and the
+    logged min and max are the extremes of ``R`` such (normal) sums around their mean. The posterior
+    mean of ``rho`` under :data:`WITHIN_PRIOR` on a grid (the prior's mean where the ranks' spread is
+    all prompts, as on a video run); None without ``global_seqlen``."""
+    rows = summ.filter(pl.col("seqlen_min").is_not_null() & pl.col("seqlen_max").is_not_null()
+                       & (pl.col("seqlen_ranks").fill_null(0) >= 2) & pl.col("step").is_in(resp.steps.tolist()))
+    if rows.height == 0 or per_prompt < 2:
+        return None
+    idx = np.searchsorted(resp.steps, rows["step"].to_numpy())
+    cap = resp.data.cap
+    hi = np.full(idx.size, cap - 0.5 if cap is not None else resp.upper)
+    vx = mid_var(resp.shape, resp.mu[idx], np.full(idx.size, 0.5), hi)
+    vp = 0.0
+    if prompt is not None:
+        pcap = prompt.data.cap if prompt.data.cap is not None else prompt.upper
+        vp = float(mid_var(prompt.shape, prompt.mu[:1], np.array([0.5]), np.array([pcap]))[0])
+    R = rows["seqlen_ranks"].to_numpy()
+    G = rows["n"].to_numpy() / per_prompt
+    mean = rows["seqlen_mean"].fill_null(np.nan).to_numpy()
+    mean = np.where(np.isfinite(mean), mean, (rows["seqlen_min"] + rows["seqlen_max"]).to_numpy() / 2)
+    lo, top = rows["seqlen_min"].to_numpy(), rows["seqlen_max"].to_numpy()
+    k = float(per_prompt)
+    V = (G / R)[None, :] * (k * k * vp + k * vx[None, :] * (1 + (k - 1) * WITHIN_GRID[:, None]))
+    sd = np.sqrt(np.maximum(V, 1e-12))
+    a, b = (lo - mean) / sd, (top - mean) / sd
+    ll = (stats.norm.logpdf(a) + stats.norm.logpdf(b) - 2 * np.log(sd)
+          + (R - 2) * np.log(np.maximum(stats.norm.cdf(b) - stats.norm.cdf(a), 1e-300))).sum(axis=1)
+    ll = np.where(np.isfinite(ll), ll, -np.inf)
+    if not np.isfinite(ll).any():
+        return None
+    post = np.exp(ll - ll.max()) * stats.beta.pdf(WITHIN_GRID / 0.95, *WITHIN_PRIOR)
+    return float(np.sum(post * WITHIN_GRID) / np.sum(post))
 
 
 def fit_workload_from_summaries(
@@ -483,6 +675,7 @@ def fit_workload_from_summaries(
     max_response_length: float | None = None,
     samples_per_prompt: int | None = None,
     within: float | None = None,
+    heavy: bool = True,
 ) -> dict[str, Any]:
     """The spec entry for one run from its per-step summaries (the same layout as
     :func:`analyses.fit.workload.fit_workload`'s, with ``source.kind = "summaries"``).
@@ -502,20 +695,36 @@ def fit_workload_from_summaries(
     k = int(samples_per_prompt) if samples_per_prompt else 1
     if not samples_per_prompt:
         assumed.append("samples_per_prompt")
-    rho = within
-    if rho is None:
-        rho = DEFAULT_WITHIN if k > 1 else 0.0
-        if k > 1:
-            assumed.append("within_group_corr")
     resp = LengthSummaries.from_frame(summ, "response", "n", cap, SPELLINGS)
-    fit = fit_levels(resp, within=rho, per_prompt=k)
+    rho = within if within is not None else (DEFAULT_WITHIN if k > 1 else 0.0)
+    fit = fit_body(resp, within=rho, per_prompt=k)
+    prompt, prompt_fit = _prompt_variable(summ, k)
+    within_source = "given" if within is not None else "none" if k == 1 else "assumed"
+    if within is None and k > 1:
+        est = within_from_seqlen(summ, fit, prompt_fit, k)
+        if est is not None:
+            rho, within_source = est, "global_seqlen"
+            fit.mu_var = _level_var(fit.shape, _Rows(fit.data), fit.mu, 1.0 + (k - 1) * rho)
+        else:
+            assumed.append("within_group_corr")
     drift, _ = drift_of(fit)
     variables: dict[str, Any] = {}
-    prompt = _prompt_variable(summ, k)
+    extra: dict[str, Any] = {}
     if prompt is not None:
         variables["prompt_tokens"] = prompt
-    rvar = marginal_entry(fit, drift.reference, resp.statistics, heavy=True)
+    rvar = marginal_entry(fit, drift.reference, resp.statistics, heavy=heavy)
     variables["response_tokens"] = rvar
+    turns = turns_variable(summ)
+    multi = turns is not None and max(turns["support"]) > 1
+    if multi:
+        variables["n_turns"] = turns
+        # a call per turn but the last: the tool-calling turns the loop logged
+        variables["n_tool_calls"] = {**turns, "support": [v - 1 for v in turns["support"]], "shift": turns["shift"] - 1,
+                                     "params": {**turns["params"], "shift": turns["shift"] - 1}}
+        tools = tool_variable(summ)
+        if tools is not None:
+            variables["tools"], lat_drift = tools
+            extra["tool_latency_drift"] = lat_drift.to_dict()
     n = summ["n"].to_numpy()
     N = int(round(float(np.median(n))))
     G = max(int(round(N / k)), 1)
@@ -525,7 +734,10 @@ def fit_workload_from_summaries(
     steps = [int(v) for v in summ["step"]]
     batch = {"prompts_per_step": G, "samples_per_prompt": k, "dp_ranks": list(range(R)), "rank_of_dp": list(range(R)),
              "tp_size": 1, "has_ranks": R > 1, "first_step": steps[0], "last_step": steps[-1], "n_steps": len(steps),
-             "multi_turn": False}
+             "multi_turn": multi}
+    if multi:
+        # the logs give each trajectory's whole response, not how its turns and tool results split it
+        batch["trajectory_response"] = "marginal"
     copula = {"type": "gaussian_copula", "within_group_corr": float(rho), "prompt_response_corr": 0.0, "n": int(np.sum(n))}
     n_sources = sorted({str(v) for v in summ["n_source"].drop_nulls()})
     return json_safe({
@@ -537,7 +749,46 @@ def fit_workload_from_summaries(
         "variables": variables,
         "joint": {"selected": "gaussian_copula", "gaussian_copula": copula},
         "drift": drift.to_dict(),
+        **extra,
         "source": {"kind": "summaries", "n_source": n_sources[0] if len(n_sources) == 1 else n_sources,
                    "statistics": sorted({s for v in variables.values() for s in v.get("statistics", [])}),
-                   "assumed": assumed},
+                   "within_group_corr": within_source, "assumed": assumed},
     })
+
+
+CHECK_PROBS = (0.01, 0.5, 0.99)
+
+
+def shape_of(variable: dict[str, Any]) -> StepShape:
+    """The fitted shape a spec variable fitted from summaries records (its ``body``)."""
+    b = variable["body"]
+    family = next(k for k, v in SCIPY_NAME.items() if v == b["family"])
+    return StepShape(family, float(b["log_scale"]), float(b["eps_low"]), float(b["eps_high"]), float(b["low_span"]),
+                     float(b["high_span"]))
+
+
+def summary_check(w: dict[str, Any], summ: pl.DataFrame) -> pl.DataFrame:
+    """Each fitted step's response lengths as the fit from summaries has them beside what the step
+    logged: its 1% / 50% / 99% quantiles, its mean, and the expected shortest and longest of the
+    step's ``n`` responses against the logged min, mean and max (the run_workload asset and the
+    report show it). Empty for a workload fitted from samples."""
+    v = w["variables"]["response_tokens"]
+    if v.get("fitted_from") != "summaries" or "body" not in v:
+        return pl.DataFrame()
+    shape = shape_of(v)
+    levels = {int(x["step"]): float(x["level"]) for x in w["drift"].get("windows") or []}
+    rows = summ.filter(pl.col("step").is_in(list(levels)) & pl.col("n").is_not_null()).sort("step")
+    if rows.height == 0:
+        return pl.DataFrame()
+    mu = np.array([levels[int(k)] for k in rows["step"]])
+    cap = v.get("censor_at")
+    q = np.exp(mu[:, None] + shape.ppf(np.array(CHECK_PROBS))[None, :])
+    if cap is not None:
+        q = np.minimum(q, cap)
+    e_lo, _, e_hi, _ = _extreme_moments(shape, mu, rows["n"].to_numpy(), cap if cap is not None else math.inf)
+    out = rows.select("step", "n", logged_min="response_min", logged_mean="response_mean", logged_max="response_max",
+                      logged_clip_ratio="response_clip_ratio")
+    return out.with_columns(
+        fitted_p01=pl.Series(q[:, 0]), fitted_p50=pl.Series(q[:, 1]), fitted_p99=pl.Series(q[:, 2]),
+        fitted_mean=pl.Series(capped_mean(shape, mu, cap)), expected_min=pl.Series(e_lo), expected_max=pl.Series(e_hi),
+    )

@@ -53,9 +53,28 @@ def fidelity_metadata(results: list[dict[str, Any]]) -> dict[str, Any]:
     return meta
 
 
+def summary_check_markdown(check: Any) -> str:
+    """The fitted per-step quantiles beside the logged min / mean / max, as a Markdown table."""
+    cols = ["step", "n", "logged_min", "expected_min", "fitted_p01", "fitted_p50", "logged_mean", "fitted_mean",
+            "fitted_p99", "expected_max", "logged_max"]
+    head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
+    body = "\n".join("| " + " | ".join("-" if r[c] is None else f"{r[c]:.0f}" for c in cols) + " |"
+                     for r in check.head(MAX_CHECK_ROWS).iter_rows(named=True))
+    more = f"\n\n_{check.height - MAX_CHECK_ROWS} more steps (the report has every step)_" if check.height > MAX_CHECK_ROWS else ""
+    return head + "\n" + body + more
+
+
+MAX_CHECK_ROWS = 40
+
+
 def run_fit_metadata(f: RunFit) -> dict[str, Any]:
-    """One run's fit as the UI shows it: what was done, the chosen options and its scores."""
+    """One run's fit as the UI shows it: what was done, the chosen options and its scores; for a
+    run fitted from its per-step summaries, the fitted per-step quantiles against the logged ones."""
     meta: dict[str, Any] = {"computed": MetadataValue.bool(f.computed)}
+    if f.spec is not None:
+        meta["fitted_from"] = MetadataValue.text("fitted from summaries" if f.from_summaries else "fitted from samples")
+    if f.summary_check is not None and f.summary_check.height:
+        meta["summary_check"] = MetadataValue.md(summary_check_markdown(f.summary_check))
     if f.skipped:
         meta["skipped"] = MetadataValue.text(f.skipped)
     if f.spec_path is not None:
@@ -79,11 +98,12 @@ def run_fit_metadata(f: RunFit) -> dict[str, Any]:
     name="run_workload",
     group_name=FIT_GROUP,
     partitions_def=runs_partitions,
-    deps=[AssetKey(t) for t in ("samples", "turns", "tool_calls", "rank_times", "steps")],
+    deps=[AssetKey(t) for t in ("samples", "turns", "tool_calls", "rank_times", "steps", "step_metrics", "runs")],
     kinds={"scipy", "json"},
     description="One run's fit, done with its ingest: its PolyTrace spec (`fits/<run>.spec.json`) and its "
-    "rolling-origin fidelity, ours beside PolyTrace's histogram resampler (or the step-time model for a run "
-    "with only a step log). Kept in `fits/cache/<run>/` keyed by the run's input files, run.toml facts, fitting "
+    "rolling-origin fidelity, ours beside PolyTrace's histogram resampler; a run that logged only per-step "
+    "summaries is fitted from those (metadata `fitted_from`, and `summary_check`: the fitted per-step quantiles "
+    "against the logged min / mean / max), with its step-time model where it has step times. Kept in `fits/cache/<run>/` keyed by the run's input files, run.toml facts, fitting "
     "code and seeds, so `workload_specs` only combines and an unchanged run is never fitted again.",
 )
 def run_workload(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:

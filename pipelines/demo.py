@@ -243,11 +243,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if scores:
         print("workload fidelity (rolling origin; ours vs PolyTrace's histogram):")
         print(fidelity_table(scores))
-    verdicts = check_exports(pt.layout.exports)  # written by the workload_exports asset
+    # every run with a workload (fitted from samples or from per-step summaries) is exported in each format
+    # whose variables its logs hold (the workload_exports asset)
+    fitted = [r for r in pt.run_ids() if pt.layout.spec_path(r).exists()]
+    verdicts = check_exports(pt.layout.exports, fitted)
     if any(v.problems for v in verdicts):
         # the consumers themselves (upstream PolyTrace's model, aiperf, vidur) run in `make conformance`;
-        # here each format's declared consumer and whether its files pass our structural check of them
-        print("exports (declared consumer; our structural check, `make conformance` runs the consumers):")
+        # here each format's declared consumer, how many runs it covered, and whether their files pass our
+        # structural check of them
+        print(f"exports of the {len(fitted)} run(s) with a workload (declared consumer; our structural check, "
+              "`make conformance` runs the consumers):")
         for v in verdicts:
             print("  " + v.line())
     print(f"dagster instance: {home}  (see the runs with `make ui`, http://127.0.0.1:3000)")

@@ -115,3 +115,15 @@ def test_check_exports_one_line_per_format_naming_the_failing_run(tmp_path):
     assert moon.passed == ["run-a"]
     assert moon.line().endswith("structural check passed for 1/2 run(s); failed run-b (fractional-millisecond timestamps)")
     assert next(v for v in verdicts if v.fmt.name == "vidur").line().endswith("no exported files")
+
+
+def test_consumer_line_counts_the_runs_each_format_covered(tmp_path):
+    from analyses.export.registry import check_exports
+
+    d = tmp_path / "run-a" / "mooncake"
+    d.mkdir(parents=True)
+    _mooncake(d, [{"timestamp": 0, "input_length": 3, "output_length": 1, "hash_ids": [0]}])
+    moon = next(v for v in check_exports(tmp_path, ["run-a", "trl-run"]) if v.fmt.name == "mooncake")
+    # a step-only run whose logs hold no prompt length gets no mooncake trace: counted, named
+    assert moon.uncovered == ["trl-run"]
+    assert moon.line().endswith("covered 1/2 run(s) with a workload (not trl-run); structural check passed for 1/1 run(s)")

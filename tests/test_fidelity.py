@@ -15,8 +15,9 @@ from analyses.cli import main
 from analyses.fit.baseline import HistogramBaseline, histogram_resample
 from analyses.fit.data import RunFrames, batch_shape, split_run, training_samples
 from analyses.fit.fidelity import fidelity
-from analyses.fit.rolling import RealSteps, origins, score_draws, summary
+from analyses.fit.rolling import RealSteps, origins, score_draws
 from analyses.fit.sampler import StepDraws
+from analyses.fit.scores import summary
 
 
 def test_histogram_resample_by_hand():

@@ -27,7 +27,7 @@ def test_spec_holds_every_documented_field_and_validates(spec):
     assert validate_spec(spec) == []
     w = spec["workloads"]["synth"]
     r = w["variables"]["response_tokens"]
-    assert spec["polytrace_spec_version"] == "1.3"
+    assert spec["polytrace_spec_version"] == "1.4"
     assert r["kind"] == "empirical_tail" and r["censor_at"] == 1500 and r["n"] == 4 * 16 * 8
     assert {"knots", "tail_prob", "tail", "extremes", "cut_level", "heavy_prob"} <= set(r)
     # PolyTrace's parameter file reads scipy families: a plain one beside, with its GoF and candidates

@@ -158,24 +158,35 @@ class FormatVerdict:
 
     fmt: ExportFormat
     problems: dict[str, list[str]]  # run id -> problems ([] = as the consumer reads it)
+    expected: list[str] = field(default_factory=list)  # runs that have a workload (empty: not said)
 
     @property
     def passed(self) -> list[str]:
         return [r for r, p in self.problems.items() if not p]
 
+    @property
+    def uncovered(self) -> list[str]:
+        """Runs with a workload this format wrote no files for (its logs lack a variable it needs)."""
+        return [r for r in self.expected if r not in self.problems]
+
     def line(self) -> str:
-        """One line: the format, its declared consumer, and which runs' files passed our check."""
+        """One line: the format, its declared consumer, how many of the runs with a workload it
+        covered, and which runs' files passed our check."""
         n, ok = len(self.problems), self.passed
         head = f"{self.fmt.name:<17} -> {self.fmt.consumer}: "
+        cover = f"covered {n}/{len(self.expected)} run(s) with a workload" + (
+            f" (not {', '.join(self.uncovered)})" if self.uncovered else "") + "; " if self.expected else ""
         if not n:
-            return head + "no exported files"
+            return head + cover + "no exported files"
         bad = {r: p[0] for r, p in self.problems.items() if p}
         tail = "" if not bad else "; failed " + ", ".join(f"{r} ({why})" for r, why in sorted(bad.items()))
-        return head + f"structural check passed for {len(ok)}/{n} run(s){tail}"
+        return head + cover + f"structural check passed for {len(ok)}/{n} run(s){tail}"
 
 
-def check_exports(exports: Path) -> list[FormatVerdict]:
+def check_exports(exports: Path, expected: list[str] | None = None) -> list[FormatVerdict]:
     """Every format's :attr:`ExportFormat.check` over ``exports/<run>/<format>/`` (runs without that
-    directory are left out)."""
+    directory are left out); ``expected``: the runs that have a workload, each format's coverage
+    is counted against them."""
     runs = sorted(p for p in exports.iterdir() if p.is_dir()) if exports.is_dir() else []
-    return [FormatVerdict(f, {r.name: f.check(r / f.name) for r in runs if (r / f.name).is_dir()}) for f in export_formats()]
+    return [FormatVerdict(f, {r.name: f.check(r / f.name) for r in runs if (r / f.name).is_dir()}, list(expected or []))
+            for f in export_formats()]

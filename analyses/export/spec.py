@@ -2,7 +2,7 @@
 
 Layout (documented in docs/spec.md, machine-checked by ``analyses/export/spec.schema.json``)::
 
-    {"polytrace_spec_version": "1.3", "generator": ..., "seed": 0,
+    {"polytrace_spec_version": "1.4", "generator": ..., "seed": 0,
      "source": {"runs": [...]},
      "workloads": {"<run_id>[/<task>]": {run_id, task, n_samples, steps_fitted, batch,
                                           variables, joint, drift}}}
@@ -12,7 +12,10 @@ cached. Version 1.1 adds the step-level model (``drift.step_sd`` and its posteri
 ``tool_latency_drift``), heavy-tailed steps (``extremes``, ``heavy_prob``), tool failure statuses
 and ``selection``; 1.2 adds a filtering run's generation batches (``filter``: DAPO's dynamic
 sampling); 1.3 the response tail's step-to-step model (``tail_sd``: a per-step tail-scale effect;
-``heavy_persistence``, ``heavy_last``, ``last_step``: heavy steps as a persistent two-state chain).
+``heavy_persistence``, ``heavy_last``, ``last_step``: heavy steps as a persistent two-state chain);
+1.4 workloads fitted from per-step summaries (``source``; per variable ``fitted_from``, ``statistics``,
+``body``; knot ``levels``, ``spread_se``; ``batch.trajectory_response``; a ``binomial`` pmf; no
+``prompt_tokens`` when the logs hold no prompt length).
 Every addition is optional with a neutral default, so a 1.0 file still reads
 and samples as it did (its ``p_cap`` point masses and mixture joints included). Another major
 version is refused with one line naming it. ``validate_spec`` checks a document against the committed JSON Schema with a small
@@ -29,7 +32,7 @@ from typing import Any
 
 from analyses.atomic_output import write_text
 
-SPEC_VERSION = "1.3"
+SPEC_VERSION = "1.4"
 SCHEMA_PATH = Path(__file__).with_name("spec.schema.json")
 GENERATOR = "polytrace fit"
 

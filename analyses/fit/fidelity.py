@@ -38,9 +38,9 @@ import polars as pl
 
 from analyses.fit.baseline import HistogramBaseline
 from analyses.fit.data import RunFrames, batch_shape, is_multi_turn, split_run, training_samples
-from analyses.fit.rolling import RealSteps, Scored, origins, score_draws, summary
+from analyses.fit.rolling import RealSteps, origins, score_draws
 from analyses.fit.sampler import draw_steps
-from analyses.fit.scores import hindsight_ceiling, mape_accuracy
+from analyses.fit.scores import Scored, hindsight_ceiling, mape_accuracy, summary
 from analyses.fit.select import fit_summaries_selected, fit_workload_selected
 from analyses.fit.stepmodel import step_time_fidelity
 from analyses.fit.summaries import summaries_from_samples

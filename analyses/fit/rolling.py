@@ -18,16 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import polars as pl
 
 from analyses.fit.sampler import StepDraws
 from analyses.fit.scores import (
+    KS_VARIABLES,
+    Scored,
     covered90,
     crps_ensemble,
-    crps_skill,
     ks_rows,
     per_sample_tool_time,
     stat_matrix,
@@ -37,7 +37,6 @@ from analyses.fit.scores import (
 
 MIN_FITTED = 2
 HORIZON = 2
-KS_VARIABLES = ("response_tokens", "turns", "tool_latency_s")
 
 
 def origins(steps: Sequence[int], min_fitted: int = MIN_FITTED, horizon: int = HORIZON) -> list[tuple[list[int], list[int]]]:
@@ -144,21 +143,6 @@ def ks_scores(d: StepDraws, j: int, variable: str, real: np.ndarray) -> tuple[fl
     return pooled, per_seed
 
 
-@dataclass
-class Scored:
-    """One generator's scores at one origin: per (predicted step, statistic) the CRPS, whether
-    the real value is covered, and the ensemble mean; per (step, variable) the KS distances."""
-
-    steps: list[int]
-    names: list[str]
-    real: np.ndarray  # [steps, statistics]
-    crps: np.ndarray
-    covered: np.ndarray
-    mean: np.ndarray
-    ks: dict[str, list[float]]  # variable -> pooled KS per step
-    ks_per_seed: dict[str, list[float]]
-
-
 def score_draws(d: StepDraws, real: RealSteps, ks: bool = True) -> Scored:
     """One generator's scores on the steps of ``d`` (``ks=False``: the per-step statistics only)."""
     stats = ensemble_statistics(d, real.names)
@@ -176,59 +160,3 @@ def score_draws(d: StepDraws, real: RealSteps, ks: bool = True) -> Scored:
             ks_pooled.setdefault(var, []).append(p)
             ks_seed.setdefault(var, []).append(s)
     return Scored(list(d.steps), real.names, y, crps, cov, stats.mean(axis=0), ks_pooled, ks_seed)
-
-
-def relative_crps(scored: Sequence[Scored]) -> float:
-    """Mean of CRPS / real over every (origin, step, statistic) with a positive real value: the
-    number model selection minimises."""
-    c = np.concatenate([s.crps.ravel() for s in scored]) if scored else np.zeros(0)
-    y = np.concatenate([s.real.ravel() for s in scored]) if scored else np.zeros(0)
-    ok = y > 0
-    return float(np.mean(c[ok] / y[ok])) if ok.any() else float("nan")
-
-
-def summary(ours: Sequence[Scored], base: Sequence[Scored]) -> dict[str, Any]:
-    """The criterion over all origins: CRPS skill, coverage, KS, ours beside the baseline."""
-    names = ours[0].names if ours else []
-
-    def cat(xs: Sequence[Scored], a: str) -> np.ndarray:
-        return np.concatenate([getattr(x, a) for x in xs]) if xs else np.zeros((0, len(names)))
-
-    y, co, cb = cat(ours, "real"), cat(ours, "crps"), cat(base, "crps")
-    vo, vb = cat(ours, "covered"), cat(base, "covered")
-    out: dict[str, Any] = {
-        "crps_skill": crps_skill(co, cb, y),
-        "crps_relative": _rel(co, y),
-        "baseline_crps_relative": _rel(cb, y),
-        "coverage90": float(vo.mean()) if vo.size else float("nan"),
-        "baseline_coverage90": float(vb.mean()) if vb.size else float("nan"),
-        "cells": int(y.size),
-        "covered": int(vo.sum()),
-        "baseline_covered": int(vb.sum()),
-        "by_statistic": {c: {"crps_skill": crps_skill(co[:, j], cb[:, j], y[:, j]), "coverage90": float(vo[:, j].mean()),
-                             "baseline_coverage90": float(vb[:, j].mean())} for j, c in enumerate(names)},
-    }
-    ks_o, ks_b = _ks_means(ours, "ks"), _ks_means(base, "ks")
-    out["ks_mean"] = float(np.nanmean(list(ks_o["_all"]))) if ks_o["_all"] else float("nan")
-    out["baseline_ks_mean"] = float(np.nanmean(list(ks_b["_all"]))) if ks_b["_all"] else float("nan")
-    out["ks_by_variable"] = {v: {"ours": float(np.nanmean(ks_o[v])), "baseline": float(np.nanmean(ks_b[v]))}
-                             for v in KS_VARIABLES if ks_o.get(v)}
-    ps_o, ps_b = _ks_means(ours, "ks_per_seed"), _ks_means(base, "ks_per_seed")
-    out["ks_per_seed_mean"] = float(np.nanmean(ps_o["_all"])) if ps_o["_all"] else float("nan")
-    out["baseline_ks_per_seed_mean"] = float(np.nanmean(ps_b["_all"])) if ps_b["_all"] else float("nan")
-    return out
-
-
-def _rel(c: np.ndarray, y: np.ndarray) -> float:
-    ok = y > 0
-    return float(np.mean(c[ok] / y[ok])) if ok.any() else float("nan")
-
-
-def _ks_means(scored: Sequence[Scored], attr: str) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"_all": []}
-    for s in scored:
-        for var, vals in getattr(s, attr).items():
-            out.setdefault(var, []).extend(vals)
-            out["_all"].extend(vals)
-    return out
-

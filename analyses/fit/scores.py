@@ -21,13 +21,17 @@ Three layers, in the order a reader needs them:
 
    :func:`crps_skill` turns two generators' CRPS into the skill ``1 - mean(ours/y) /
    mean(reference/y)`` (> 0: ours is better).
-3. **Context** (kept, not a target): per-step MAPE of the seed-averaged prediction
+3. **Over origins**: a generator's :class:`Scored` per origin, pooled into the criterion
+   (:func:`relative_crps`, what model selection minimises; :func:`summary`, what fidelity reports).
+4. **Context** (kept, not a target): per-step MAPE of the seed-averaged prediction
    (:func:`mape_accuracy`) and the hindsight ceiling (:func:`hindsight_ceiling`), the best one
    constant prediction for every scored step can reach with the answers known.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,6 +39,7 @@ import polars as pl
 
 STATS_BASE = ("total_tokens", "longest_response", "p99_response", "makespan_tokens")
 STATS_MULTI = ("turns", "tool_time_s")
+KS_VARIABLES = ("response_tokens", "turns", "tool_latency_s")  # per-sample values compared by KS
 COVERAGE_LEVEL = 0.90
 
 
@@ -231,3 +236,76 @@ def hindsight_ceiling(real: np.ndarray, names: list[str]) -> dict[str, Any]:
             continue
         errors[c] = float(np.min(np.mean(np.abs(r[:, None] - r[None, :]) / r[None, :], axis=1)))
     return {"accuracy_pct": accuracy_from_errors(errors), "errors_pct": {c: 100.0 * v for c, v in errors.items()}}
+
+
+# ----------------------------------------------------------------------------- over origins
+
+
+@dataclass
+class Scored:
+    """One generator's scores at one origin: per (predicted step, statistic) the CRPS, whether
+    the real value is covered, and the ensemble mean; per (step, variable) the KS distances."""
+
+    steps: list[int]
+    names: list[str]
+    real: np.ndarray  # [steps, statistics]
+    crps: np.ndarray
+    covered: np.ndarray
+    mean: np.ndarray
+    ks: dict[str, list[float]]  # variable -> pooled KS per step
+    ks_per_seed: dict[str, list[float]]
+
+
+def relative_crps(scored: Sequence[Scored]) -> float:
+    """Mean of CRPS / real over every (origin, step, statistic) with a positive real value: the
+    number model selection minimises."""
+    c = np.concatenate([s.crps.ravel() for s in scored]) if scored else np.zeros(0)
+    y = np.concatenate([s.real.ravel() for s in scored]) if scored else np.zeros(0)
+    ok = y > 0
+    return float(np.mean(c[ok] / y[ok])) if ok.any() else float("nan")
+
+
+def summary(ours: Sequence[Scored], base: Sequence[Scored]) -> dict[str, Any]:
+    """The criterion over all origins: CRPS skill, coverage, KS, ours beside the baseline."""
+    names = ours[0].names if ours else []
+
+    def cat(xs: Sequence[Scored], a: str) -> np.ndarray:
+        return np.concatenate([getattr(x, a) for x in xs]) if xs else np.zeros((0, len(names)))
+
+    y, co, cb = cat(ours, "real"), cat(ours, "crps"), cat(base, "crps")
+    vo, vb = cat(ours, "covered"), cat(base, "covered")
+    out: dict[str, Any] = {
+        "crps_skill": crps_skill(co, cb, y),
+        "crps_relative": _rel(co, y),
+        "baseline_crps_relative": _rel(cb, y),
+        "coverage90": float(vo.mean()) if vo.size else float("nan"),
+        "baseline_coverage90": float(vb.mean()) if vb.size else float("nan"),
+        "cells": int(y.size),
+        "covered": int(vo.sum()),
+        "baseline_covered": int(vb.sum()),
+        "by_statistic": {c: {"crps_skill": crps_skill(co[:, j], cb[:, j], y[:, j]), "coverage90": float(vo[:, j].mean()),
+                             "baseline_coverage90": float(vb[:, j].mean())} for j, c in enumerate(names)},
+    }
+    ks_o, ks_b = _ks_means(ours, "ks"), _ks_means(base, "ks")
+    out["ks_mean"] = float(np.nanmean(list(ks_o["_all"]))) if ks_o["_all"] else float("nan")
+    out["baseline_ks_mean"] = float(np.nanmean(list(ks_b["_all"]))) if ks_b["_all"] else float("nan")
+    out["ks_by_variable"] = {v: {"ours": float(np.nanmean(ks_o[v])), "baseline": float(np.nanmean(ks_b[v]))}
+                             for v in KS_VARIABLES if ks_o.get(v)}
+    ps_o, ps_b = _ks_means(ours, "ks_per_seed"), _ks_means(base, "ks_per_seed")
+    out["ks_per_seed_mean"] = float(np.nanmean(ps_o["_all"])) if ps_o["_all"] else float("nan")
+    out["baseline_ks_per_seed_mean"] = float(np.nanmean(ps_b["_all"])) if ps_b["_all"] else float("nan")
+    return out
+
+
+def _rel(c: np.ndarray, y: np.ndarray) -> float:
+    ok = y > 0
+    return float(np.mean(c[ok] / y[ok])) if ok.any() else float("nan")
+
+
+def _ks_means(scored: Sequence[Scored], attr: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"_all": []}
+    for s in scored:
+        for var, vals in getattr(s, attr).items():
+            out.setdefault(var, []).extend(vals)
+            out["_all"].extend(vals)
+    return out

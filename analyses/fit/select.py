@@ -23,9 +23,10 @@ import polars as pl
 
 from analyses.fit.data import full_and_partial_steps, is_multi_turn, training_samples
 from analyses.fit.empirical import TRIM
-from analyses.fit.rolling import RealSteps, origins, relative_crps, score_draws
+from analyses.fit.rolling import RealSteps, origins, score_draws
 from analyses.fit.sampler import draw_steps
-from analyses.fit.summary_fit import fit_workload_from_summaries
+from analyses.fit.scores import relative_crps
+from analyses.fit.summary_fit import fit_workload_from_summaries, runaway_variant
 from analyses.fit.workload import fit_workload
 
 CANDIDATES: dict[str, dict[str, Any]] = {
@@ -40,8 +41,9 @@ MT_CANDIDATES: dict[str, dict[str, Any]] = {"pooled": {"by_turns": False}, "by_t
 # generated trajectories prefilled 3.1% more than the real one; by_turns falls back to the pooled fit for
 # a turn count with fewer than MIN_BY_TURNS observations, so it is never less data than pooled
 DEFAULT, MT_DEFAULT = "all/smooth", "by_turns"
-# a fit from summaries: its runaways (the upper contamination) as heavy steps, or none
-SUMMARY_CANDIDATES: dict[str, dict[str, Any]] = {"smooth": {"heavy": False}, "heavy": {"heavy": True}}
+# a fit from summaries: its runaways (the upper contamination) as none, heavy steps, or every step alike
+SUMMARY_CANDIDATES: dict[str, dict[str, Any]] = {"smooth": {"runaways": "none"}, "heavy": {"runaways": "heavy"},
+                                                 "iid": {"runaways": "iid"}}
 SUMMARY_DEFAULT = "smooth"
 SELECTION_SEEDS = tuple(range(40))
 MAX_ORIGINS = 3  # the latest origins: what the next steps will most resemble, at a bounded cost
@@ -57,31 +59,33 @@ FitPrefix = Callable[[list[int], dict[str, Any]], dict[str, Any]]
 
 
 def validate(fit_prefix: FitPrefix, steps: list[int], real: RealSteps, candidates: dict[str, dict[str, Any]],
-             seeds: tuple[int, ...] = SELECTION_SEEDS) -> dict[str, Any]:
+             seeds: tuple[int, ...] = SELECTION_SEEDS, variant_key: str = "heavy",
+             variant: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Rolling-origin relative CRPS of every candidate inside ``steps`` (the fitted ones).
 
     ``fit_prefix(steps, options)`` fits the workload on a prefix of them (from samples or from
     summaries: whichever source the caller fits from; a ``ValueError`` makes the candidate
     ineligible); ``real`` holds the statistics it is scored against. Candidates that differ only in
-    ``heavy`` share a fit (``heavy=False`` is the heavy fit without heavy steps)."""
+    ``variant_key`` share a fit, turned into each by ``variant(workload, value)`` (default: the
+    per-sample fit's ``heavy``, where ``heavy=False`` is the heavy fit without heavy steps)."""
+    variant = variant or (lambda w, heavy: without_heavy_steps(w) if heavy is False else w)
     used = origins(steps)[-MAX_ORIGINS:]
     scored: dict[str, list | None] = {c: [] for c in candidates}
     for fitted, predicted in used:
         fits: dict[str, dict[str, Any] | None] = {}
         for name, opts in candidates.items():
-            base = {k: v for k, v in opts.items() if k != "heavy"}
+            base = {k: v for k, v in opts.items() if k != variant_key}
             fkey = repr(sorted(base.items()))
             if fkey not in fits:
                 try:
-                    fits[fkey] = fit_prefix(fitted, {**base, "heavy": True})
+                    fits[fkey] = fit_prefix(fitted, base)
                 except ValueError:  # this candidate cannot be fitted here: it is not eligible
                     fits[fkey] = None
             w = fits[fkey]
             if w is None or scored[name] is None:
                 scored[name] = None
                 continue
-            if opts.get("heavy") is False:
-                w = without_heavy_steps(w)
+            w = variant(w, opts.get(variant_key))
             scored[name].append(score_draws(draw_steps(w, predicted, seeds), real, ks=False))
     scores = {c: relative_crps(v) for c, v in scored.items() if v}
     return {"origins": [{"fitted_steps": f, "predicted_steps": p} for f, p in used], "seeds": len(seeds),
@@ -110,7 +114,7 @@ def fit_workload_selected(samples: pl.DataFrame, real: RealSteps | None = None, 
 
         def fit_prefix(steps: list[int], opts: dict[str, Any]) -> dict[str, Any]:
             fs, ft, fc = real.frames(steps)
-            return fit_workload(fs, **{**kw, "turns": ft, "tool_calls": fc, "for_export": False, **opts})
+            return fit_workload(fs, **{**kw, "turns": ft, "tool_calls": fc, "for_export": False, **opts, "heavy": True})
 
         cv = validate(fit_prefix, full, real, candidates)
     best = choose(cv["relative_crps"], default)
@@ -123,7 +127,10 @@ def fit_summaries_selected(summ: pl.DataFrame, **kw: Any) -> dict[str, Any]:
     """:func:`~analyses.fit.summary_fit.fit_workload_from_summaries` with its options chosen as
     :func:`fit_workload_selected` chooses them, the fitted steps' logged statistics
     (:meth:`RealSteps.from_summaries`: total tokens, longest response; turns and tool time) standing
-    for the samples it does not have."""
+    for the samples it does not have. The candidates are how the runaways the fit found are
+    generated (:func:`~analyses.fit.summary_fit.runaway_variant`); with no origin to choose by, the
+    default is ``iid`` when every fitted step reached the cap (it is part of the workload, as on
+    Search-R1 and rllm), else ``smooth``."""
     steps = sorted(int(k) for k in summ["step"])
     cv: dict[str, Any] = {"origins": [], "relative_crps": {}}
     real = RealSteps.from_summaries(summ)
@@ -132,13 +139,11 @@ def fit_summaries_selected(summ: pl.DataFrame, **kw: Any) -> dict[str, Any]:
         def fit_prefix(prefix: list[int], opts: dict[str, Any]) -> dict[str, Any]:
             return fit_workload_from_summaries(summ.filter(pl.col("step").is_in(prefix)), **{**kw, **opts})
 
-        cv = validate(fit_prefix, steps, real, SUMMARY_CANDIDATES)
-    wl = fit_workload_from_summaries(summ, **{**kw, "heavy": True})
-    # with no origin to choose by: runaways as the fitted steps had them (heavy steps when most were)
-    r = wl["variables"]["response_tokens"]
-    default = "heavy" if float(r.get("heavy_prob") or 0.0) >= 0.5 else SUMMARY_DEFAULT
+        cv = validate(fit_prefix, steps, real, SUMMARY_CANDIDATES, variant_key="runaways", variant=runaway_variant)
+    wl = fit_workload_from_summaries(summ, **kw)
+    clipped = summ["response_clip_ratio"].fill_null(0.0) * summ["n"].fill_null(0.0)
+    default = "iid" if summ.height and bool((clipped >= 0.5).all()) else SUMMARY_DEFAULT
     best = choose(cv["relative_crps"], default)
-    if SUMMARY_CANDIDATES[best].get("heavy") is False:
-        wl = without_heavy_steps(wl)
+    wl = runaway_variant(wl, SUMMARY_CANDIDATES[best]["runaways"])
     wl["selection"] = {"selected": best, "default": default, **cv}
     return wl

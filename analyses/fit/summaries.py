@@ -31,7 +31,10 @@ Columns (NULL where the source does not say):
     verl's ``global_seqlen``: prompt + response tokens summed over each of ``seqlen_ranks``
     contiguous chunks of the batch (the data-parallel ranks before sequence balancing);
 ``turns_{mean,min,max}``, ``tool_time_{mean,min,max}``
-    agentic runs: turns per trajectory, and the seconds each trajectory spent in tool calls;
+    agentic runs: assistant turns per trajectory, and the seconds each trajectory spent in tool
+    calls. verl's ``num_turns`` counts the conversation's messages (``user_turns + assistant_turns
+    + 1`` in its tool agent loop: two per assistant turn, the tool's reply and the next turn), so it
+    is halved here;
 ``total_tokens``
     prompt + response tokens of the step.
 """
@@ -106,7 +109,8 @@ def empty_summaries() -> pl.DataFrame:
     return pl.DataFrame(schema=SUMMARY_SCHEMA)
 
 
-def _conform(df: pl.DataFrame) -> pl.DataFrame:
+def conform_summaries(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with every summary column (NULL where missing), in order, sorted by step."""
     cols = [pl.col(c).cast(t) if c in df.columns else pl.lit(None, t).alias(c) for c, t in SUMMARY_SCHEMA.items()]
     return df.select(cols).sort("step")
 
@@ -150,7 +154,7 @@ def summaries_from_samples(samples: pl.DataFrame, cap: float | None, tool_calls:
     k = float(samples_per_prompt) if samples_per_prompt else None
     out = out.with_columns(n_source=pl.lit("samples"), averaged_steps=pl.lit(1.0),
                            n_prompts=(pl.col("n") / k) if k else pl.lit(None, pl.Float64))
-    return _conform(out)
+    return conform_summaries(out)
 
 
 def _tool_time_per_sample(s: pl.DataFrame, tool_calls: pl.DataFrame | None) -> pl.DataFrame:
@@ -185,9 +189,13 @@ def summaries_from_metrics(step_metrics: pl.DataFrame, facts: BatchFacts | None 
     if CUMULATIVE_TOKENS in wide.columns:
         cols.append(pl.col(CUMULATIVE_TOKENS).cast(pl.Float64).alias("_cum"))
     out = wide.select("step", *cols).filter(pl.col("response_mean").is_not_null())
+    if bool(step_metrics.filter(pl.col("raw_metric").str.starts_with("num_turns/")).height):
+        # verl's num_turns: user + assistant + 1 messages, two per assistant turn (module text)
+        out = out.with_columns((pl.col(c) / 2).clip(lower_bound=1.0) for c in ("turns_mean", "turns_min", "turns_max"))
     if out.height == 0:
         return empty_summaries()
-    gap = pl.col("step") - pl.col("step").shift(1).fill_null(pl.col("step").first() - 1)
+    # transformers counts steps from 1 and logs the mean since its previous log (the first: since step 0)
+    gap = pl.col("step") - pl.col("step").shift(1).fill_null(0)
     out = out.with_columns(averaged_steps=pl.max_horizontal(gap, pl.lit(1)).cast(pl.Float64) if averaged else pl.lit(1.0))
     if "_cum" in out.columns and out["total_tokens"].null_count() == out.height:
         prev = pl.col("_cum").shift(1).fill_null(0.0)
@@ -206,7 +214,7 @@ def summaries_from_metrics(step_metrics: pl.DataFrame, facts: BatchFacts | None 
         out = out.with_columns(seqlen_ranks=(pl.col("total_tokens") / pl.col("seqlen_mean")).round(0))
     k = facts.rollout_n if facts.train_batch_size else None
     out = out.with_columns(n_prompts=(pl.col("n") / float(k)) if k else pl.lit(None, pl.Float64))
-    return _conform(out.drop("_cum", strict=False))
+    return conform_summaries(out.drop("_cum", strict=False))
 
 
 def clipped_count(df: pl.DataFrame) -> np.ndarray:

@@ -48,6 +48,7 @@ from analyses.fit.continuous import json_safe
 from analyses.fit.drift import DriftModel, drift_from_levels
 from analyses.fit.empirical import HEAVY_QUANTILE, MAX_EXTREMES, EmpiricalTailFit, heavy_chain
 from analyses.fit.stepshape import SCIPY_NAME, StepShape, capped_mean, mid_mean, mid_var, solve_levels
+from analyses.fit.summaries import conform_summaries
 
 FAMILY = "logistic"
 # the response body's other candidate: left-skewed on the log axis (Weibull lengths), as agent
@@ -242,19 +243,10 @@ class LevelFit:
     spread_se: float = 0.0  # standard error of log s (profile likelihood)
 
     def marginal(self, level: float, integer: bool = True, lower: float = 1.0) -> EmpiricalTailFit:
-        """The shape at ``level`` as the generator's marginal: its quantile function on knots dense
-        in both tails (where the contamination lives), the cap as its censoring point."""
-        p = special.expit(np.linspace(-KNOT_LOGITS, KNOT_LOGITS, N_KNOTS - 2))
-        levels = np.concatenate([[0.0], p, [1.0]])
-        t = self.shape.ppf(levels)
-        t[0] = min(t[0], math.log(max(lower, 1e-9)) - level)
-        t[-1] = max(t[-1], math.log(self.upper) - level)
-        knots = np.minimum(np.exp(level + t), self.upper)
-        cap = self.data.cap
+        """The shape at ``level`` as the generator's marginal (:func:`shape_marginal`)."""
         n = int(np.sum(self.data.n * np.maximum(self.data.averaged, 1)))
-        return EmpiricalTailFit([float(v) for v in knots], 0.0, 0.0, 1.0, float(self.upper), cap, 0.0, max(n, 1),
-                                int(np.sum(self.data.clipped)), integer, lower, levels=[float(v) for v in levels],
-                                spread_se=self.spread_se)
+        return shape_marginal(self.shape, level, self.upper, self.data.cap, max(n, 1), int(np.sum(self.data.clipped)),
+                              integer, lower, self.spread_se)
 
     def step_quantiles(self, probs: np.ndarray) -> np.ndarray:
         """``[steps, probs]``: each fitted step's length quantiles (cut at the cap)."""
@@ -273,6 +265,20 @@ class LevelFit:
         sh = self.shape
         return {"family": SCIPY_NAME[sh.family], "log_scale": sh.s, "eps_low": sh.eps_lo, "eps_high": sh.eps_hi,
                 "low_span": sh.lam_lo, "high_span": sh.lam_hi, "loglik": self.loglik}
+
+
+def shape_marginal(shape: StepShape, level: float, upper: float, cap: float | None, n: int, n_censored: int,
+                   integer: bool = True, lower: float = 1.0, spread_se: float = 0.0) -> EmpiricalTailFit:
+    """A shape at ``level`` as the generator's marginal: its quantile function on knots dense in both
+    tails (where the contamination lives), the cap as its censoring point."""
+    p = special.expit(np.linspace(-KNOT_LOGITS, KNOT_LOGITS, N_KNOTS - 2))
+    levels = np.concatenate([[0.0], p, [1.0]])
+    t = shape.ppf(levels)
+    t[0] = min(t[0], math.log(max(lower, 1e-9)) - level)
+    t[-1] = max(t[-1], math.log(upper) - level)
+    knots = np.minimum(np.exp(level + t), upper)
+    return EmpiricalTailFit([float(v) for v in knots], 0.0, 0.0, 1.0, float(upper), cap, 0.0, n, n_censored, integer, lower,
+                            levels=[float(v) for v in levels], spread_se=spread_se)
 
 
 def _upper(d: LengthSummaries) -> float:
@@ -490,6 +496,31 @@ def fit_body(d: LengthSummaries, within: float = 0.0, per_prompt: int = 1) -> Le
     return best
 
 
+RUNAWAY_MODES = ("heavy", "iid", "none")
+
+
+def runaway_variant(w: dict[str, Any], mode: str) -> dict[str, Any]:
+    """A fitted workload's runaways (its upper contamination) as ``heavy`` steps (as fitted), as
+    draws of ``iid`` every step alike (the whole fitted mixture), or ``none`` at all -- without
+    fitting again: the marginal's ``body`` records the whole shape."""
+    if mode not in RUNAWAY_MODES:
+        raise ValueError(f"runaways must be one of {RUNAWAY_MODES}, got {mode!r}")
+    v = w["variables"]["response_tokens"]
+    if mode == "heavy" or v.get("fitted_from") != "summaries":
+        return w
+    if mode == "none":
+        r = {**v, "heavy_prob": 0.0}
+    else:
+        m = shape_marginal(shape_of(v), float(w["drift"]["reference_log_scale"]), float(v["upper"]), v.get("censor_at"),
+                           int(v["n"]), int(v.get("n_censored") or 0), bool(v.get("integer", True)),
+                           float(v.get("lower", 1.0)), float(v.get("spread_se") or 0.0))
+        r = {**{k: x for k, x in v.items() if k in KEPT_ON_VARIANT}, **m.to_dict()}
+    return {**w, "variables": {**w["variables"], "response_tokens": r}}
+
+
+KEPT_ON_VARIANT = ("fitted_from", "statistics", "body", "scipy_fallback")
+
+
 def drift_of(fit: LevelFit) -> tuple[DriftModel, dict[int, float]]:
     """The step-level model of the fitted levels (latent: no attenuation by the cap)."""
     return drift_from_levels(fit.steps, fit.mu, fit.mu_var, 1.0)
@@ -675,7 +706,6 @@ def fit_workload_from_summaries(
     max_response_length: float | None = None,
     samples_per_prompt: int | None = None,
     within: float | None = None,
-    heavy: bool = True,
 ) -> dict[str, Any]:
     """The spec entry for one run from its per-step summaries (the same layout as
     :func:`analyses.fit.workload.fit_workload`'s, with ``source.kind = "summaries"``).
@@ -683,7 +713,7 @@ def fit_workload_from_summaries(
     ``samples_per_prompt``: the rollout n (config); unknown, each prompt is taken to have one
     response (said in ``source.assumed``). ``within``: the within-group correlation of response
     lengths; unknown, :data:`DEFAULT_WITHIN`."""
-    summ = summ.filter(pl.col("response_mean").is_not_null()).sort("step")
+    summ = conform_summaries(summ).filter(pl.col("response_mean").is_not_null())
     if summ.height == 0:
         raise ValueError(f"{run_id}: no step with a response-length mean")
     if summ["n"].drop_nulls().len() == 0:
@@ -712,7 +742,7 @@ def fit_workload_from_summaries(
     extra: dict[str, Any] = {}
     if prompt is not None:
         variables["prompt_tokens"] = prompt
-    rvar = marginal_entry(fit, drift.reference, resp.statistics, heavy=heavy)
+    rvar = marginal_entry(fit, drift.reference, resp.statistics, heavy=True)
     variables["response_tokens"] = rvar
     turns = turns_variable(summ)
     multi = turns is not None and max(turns["support"]) > 1

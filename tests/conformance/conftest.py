@@ -21,7 +21,7 @@ from _ci import skip_or_fail
 
 from . import consumers
 from .harness import EXPORT_FORMATS, REPORT_ENV, Build, Verdicts, cli, once
-from .realruns import REAL_RUNS
+from .realruns import ALL_RUN_IDS, REAL_RUNS, STEP_ONLY_RUNS
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,14 +54,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 @pytest.fixture(scope="session")
 def build(real_logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Build:
-    """Ingest each real run (``polytrace ingest DIR --run-id ID``), fit them all, export every format
-    (once per test run, shared by the xdist workers)."""
+    """Ingest each real run (``polytrace ingest DIR --run-id ID``) and each step-only one, fit them all (the
+    step-only runs from their per-step summaries), export every format (once per test run, shared by the
+    xdist workers)."""
 
     def make(root: Path) -> dict[str, Any]:
         wh = root / "warehouse"
-        for run in REAL_RUNS:
+        for run in [*REAL_RUNS, *STEP_ONLY_RUNS]:
             d = real_logs / run.rel_path
-            if not d.is_dir():
+            if not d.exists():
                 skip_or_fail(f"real run not found: {d}")
             cli("ingest", d, "--run-id", run.run_id, "--warehouse", wh, "--quiet")
         logs = [cli("fit", "--warehouse", wh, "--out", root / "spec.json").stdout]
@@ -103,7 +104,7 @@ def vidur() -> consumers.Consumer:
 
 
 def _files(build: Build, fmt: str, pattern: str) -> dict[str, list[Path]]:
-    return {r.run_id: sorted(build.export_dir(fmt, r.run_id).glob(pattern)) for r in REAL_RUNS}
+    return {rid: sorted(build.export_dir(fmt, rid).glob(pattern)) for rid in ALL_RUN_IDS}
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,28 @@ REAL_RUNS: _Runs = _Runs((
 ))
 
 
+@dataclass(frozen=True)
+class StepOnlyRun:
+    """A real run that logged only per-step summaries: fitted from them (issue 23), exported like the rest.
+    ``config``: the upstream config its v2 directory is validated under (the batch is the fitted one)."""
+
+    run_id: str
+    rel_path: str  # a log file under ../shared/real_logs
+    config: str
+    multi_turn: bool
+
+
+# verl < 0.2 console (old `timing/` keys, a config dump: 512 prompts x 1 response) and an agentic verl run
+# (wandb's console capture: num_turns, tool-call time, perf/total_num_tokens / global_seqlen for n and ranks)
+STEP_ONLY_RUNS: tuple[StepOnlyRun, ...] = (
+    StepOnlyRun("verl-gemma-steps", "verl/gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640.log",
+                "rllm_deepcoder_14b_16k", False),
+    StepOnlyRun("agentic-steps", "verl_agentic_open-agentrl/run-20251130_144822-gjvwlq13/files/output.log",
+                "search_r1_qwen2_5_7b", True),
+)
+ALL_RUN_IDS = [r.run_id for r in REAL_RUNS] + [r.run_id for r in STEP_ONLY_RUNS]
+
+
 def upstream_dir(real_logs: Path) -> Path:
     """``../shared/upstream/PolyTrace`` (or ``$POLYTRACE_UPSTREAM``)."""
     env = os.environ.get("POLYTRACE_UPSTREAM")

@@ -31,12 +31,13 @@ import scipy.stats
 from . import upstream_polytrace as up
 from .defects import cases
 from .harness import EXPORT_FORMATS, Build, Verdicts, measure
-from .realruns import REAL_RUNS, RealRun, upstream_config
+from .realruns import ALL_RUN_IDS, REAL_RUNS, STEP_ONLY_RUNS, RealRun, upstream_config
 
 pytestmark = [pytest.mark.xdist_group("conformance"), pytest.mark.real_logs]
 
 RUN_IDS = [r.run_id for r in REAL_RUNS]
 MULTI_TURN = [r.run_id for r in REAL_RUNS if r.multi_turn]
+STEP_ONLY = {r.run_id: r for r in STEP_ONLY_RUNS}  # fitted from per-step summaries: every consumer check too
 TOLERANCE = 0.02  # replayed prefill vs the records' own prompt tokens and vs the real run (issue 10)
 SUCCESS = {"success", "ok", "succeeded"}  # tool-call statuses that are not failures (as the spec's failure_rate)
 UPSTREAM_PARAMS = "polytrace/dataset/workloads/enhanced_task_distribution_parameters.json"
@@ -73,8 +74,38 @@ def test_every_cli_format_is_covered(cli_formats: list[str]) -> None:
 
 @pytest.mark.parametrize("fmt", list(EXPORT_FORMATS))
 def test_export_writes_files_for_every_run(fmt: str, build: Build) -> None:
-    for r in REAL_RUNS:
-        assert any(p.is_file() for p in build.export_dir(fmt, r.run_id).iterdir()), (fmt, r.run_id)
+    for rid in ALL_RUN_IDS:
+        assert any(p.is_file() for p in build.export_dir(fmt, rid).iterdir()), (fmt, rid)
+
+
+@pytest.mark.parametrize("run_id", cases("step_only_fitted", list(STEP_ONLY)))
+def test_step_only_runs_are_fitted_from_their_summaries(run_id: str, build: Build) -> None:
+    w = build.workload(run_id)
+    assert w["source"]["kind"] == "summaries" and w["variables"]["response_tokens"]["fitted_from"] == "summaries"
+    assert w["batch"]["multi_turn"] == STEP_ONLY[run_id].multi_turn
+    measure(check="step_only_fitted", run=run_id, n_source=w["source"]["n_source"], assumed=w["source"]["assumed"],
+            batch=f"{w['batch']['prompts_per_step']}x{w['batch']['samples_per_prompt']}")
+
+
+@pytest.mark.parametrize("run_id", cases("step_only_v2", list(STEP_ONLY)))
+def test_step_only_v2_validates_and_replays(run_id: str, build: Build, real_logs: Path) -> None:
+    """The v2 directory of a run fitted from summaries, under an upstream config of its kind with only
+    ``workload_path`` and the records per step (the fitted batch) changed; its multi-turn records replay to
+    their own prompt tokens."""
+    run, w = STEP_ONLY[run_id], build.workload(run_id)
+    cfg = upstream_config(run.config, real_logs)
+    wl = dict(cfg.get("workload") or {})
+    if "expected_records_per_step" in wl:
+        wl["expected_records_per_step"] = w["batch"]["prompts_per_step"] * w["batch"]["samples_per_prompt"]
+    d = build.export_dir("polytrace-v2", run_id)
+    res = up.validate({**cfg, "workload": wl}, d)
+    errors = [e["error"] for e in res["steps"] if "error" in e]
+    measure(check="step_only_v2", run=run_id, config=run.config, ok=res["ok"], errors=errors)
+    assert res["ok"], errors
+    if run.multi_turn:
+        steps = [up.replay_step(p, w["batch"]["samples_per_prompt"]) for p in _multiturn_files(d)]
+        got, want = sum(s.prefill_tokens for s in steps), sum(s.recorded_prompt_tokens for s in steps)
+        assert abs(got / want - 1) <= TOLERANCE, _ratio_msg("replayed prefill vs the records' prompt_tokens", got, want)
 
 
 # ----------------------------------------------------------------------------- upstream PolyTrace: v2
@@ -215,7 +246,7 @@ def _why(error: str) -> str:
     return m.group(1) if m else error[-200:]
 
 
-@pytest.mark.parametrize("run_id", cases("aiperf_parse", RUN_IDS))
+@pytest.mark.parametrize("run_id", cases("aiperf_parse", ALL_RUN_IDS))
 def test_aiperf_parses_the_sequence_distributions(run_id: str, aiperf_files: dict[str, list[Path]],
                                                   aiperf_verdicts: Verdicts) -> None:
     files = aiperf_files[run_id]
@@ -234,7 +265,7 @@ def _mooncake(run_id: str, files: dict[str, list[Path]], verdicts: Verdicts) -> 
     return [verdicts[("mooncake", str(p))] for p in files[run_id]]
 
 
-@pytest.mark.parametrize("run_id", cases("mooncake_load", RUN_IDS))
+@pytest.mark.parametrize("run_id", cases("mooncake_load", ALL_RUN_IDS))
 def test_mooncake_loads_with_aiperfs_loader(run_id: str, mooncake_files: dict[str, list[Path]],
                                             aiperf_verdicts: Verdicts) -> None:
     vs = _mooncake(run_id, mooncake_files, aiperf_verdicts)
@@ -242,7 +273,7 @@ def test_mooncake_loads_with_aiperfs_loader(run_id: str, mooncake_files: dict[st
     assert all(v["ok"] for v in vs), [v["error"] for v in vs]
 
 
-@pytest.mark.parametrize("run_id", cases("mooncake_timestamps", RUN_IDS))
+@pytest.mark.parametrize("run_id", cases("mooncake_timestamps", ALL_RUN_IDS))
 def test_mooncake_timestamps_are_integer_ms_non_decreasing(run_id: str, mooncake_files: dict[str, list[Path]],
                                                            aiperf_verdicts: Verdicts) -> None:
     for v in _mooncake(run_id, mooncake_files, aiperf_verdicts):
@@ -280,7 +311,7 @@ def _vidur(run_id: str, check: str, files: dict[str, list[Path]], verdicts: Verd
     return {p.name: verdicts[(check, str(p))] for p in files[run_id]}
 
 
-@pytest.mark.parametrize("run_id", cases("vidur_trace_replay", RUN_IDS))
+@pytest.mark.parametrize("run_id", cases("vidur_trace_replay", ALL_RUN_IDS))
 def test_vidur_trace_replay_generator_reads_a_file(run_id: str, vidur_files: dict[str, list[Path]],
                                                    vidur_verdicts: Verdicts) -> None:
     vs = _vidur(run_id, "trace_replay", vidur_files, vidur_verdicts)
@@ -288,7 +319,7 @@ def test_vidur_trace_replay_generator_reads_a_file(run_id: str, vidur_files: dic
     assert any(v["ok"] for v in vs.values()), {n: v["error"] for n, v in vs.items()}
 
 
-@pytest.mark.parametrize("run_id", cases("vidur_request_length", RUN_IDS))
+@pytest.mark.parametrize("run_id", cases("vidur_request_length", ALL_RUN_IDS))
 def test_vidur_request_length_generator_reads_a_file(run_id: str, vidur_files: dict[str, list[Path]],
                                                      vidur_verdicts: Verdicts) -> None:
     vs = _vidur(run_id, "request_length", vidur_files, vidur_verdicts)
@@ -296,7 +327,7 @@ def test_vidur_request_length_generator_reads_a_file(run_id: str, vidur_files: d
     assert any(v["ok"] for v in vs.values()), {n: v["error"] for n, v in vs.items()}
 
 
-@pytest.mark.parametrize("run_id", cases("vidur_request_interval", RUN_IDS))
+@pytest.mark.parametrize("run_id", cases("vidur_request_interval", ALL_RUN_IDS))
 def test_vidur_request_interval_generator_reads_the_files_meant_for_it(
         run_id: str, vidur_files: dict[str, list[Path]], vidur_verdicts: Verdicts) -> None:
     """Only a file with vidur's ``arrival_time`` column is meant for this generator; the issue does not ask for one."""
@@ -315,7 +346,7 @@ def test_our_structural_check_passes_every_real_export(fmt: str, build: Build) -
     """What ``make demo`` reports (``ExportFormat.check``) holds on the exports the consumers accept."""
     from analyses.export.registry import export_format
 
-    problems = {r.run_id: export_format(fmt).check(build.export_dir(fmt, r.run_id)) for r in REAL_RUNS}
+    problems = {rid: export_format(fmt).check(build.export_dir(fmt, rid)) for rid in ALL_RUN_IDS}
     measure(check="structural", run=fmt, problems={k: v for k, v in problems.items() if v})
     assert not any(problems.values()), problems
 

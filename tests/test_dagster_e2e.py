@@ -262,10 +262,16 @@ def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch
     assert cross == set(defs.resolve_job_def("cross_run_job").asset_layer.selected_asset_keys)
     # each run was fitted in its own ingest job; the cross-run fit only combined them
     fitted = {r: _mat(p, "run_workload").metadata for r, p in result.per_run.items()}
-    assert {r for r, m in fitted.items() if "spec" in m} == {"polytrace-math-dapo", "polytrace-search-multiturn"}
+    # every run with lengths has a workload: the per-sample ones from their samples, the verl console,
+    # file-logger and agentic runs from their per-step summaries, with the fitted quantiles beside the logged ones
+    assert {r for r, m in fitted.items() if "spec" in m} == set(runs)
+    by_source = {r: m["fitted_from"].value for r, m in fitted.items()}
+    assert {r for r, v in by_source.items() if v == "fitted from samples"} == {"polytrace-math-dapo",
+                                                                              "polytrace-search-multiturn"}
+    assert all("summary_check" in fitted[r] for r, v in by_source.items() if v == "fitted from summaries")
     assert all(m["computed"].value for r, m in fitted.items() if "spec" in m)
     specs = _mat(result.cross_run, "workload_specs").metadata
-    assert specs["runs_fitted"].value == 2 and specs["runs_computed"].value == 0
+    assert specs["runs_fitted"].value == len(runs) and specs["runs_computed"].value == 0
     assert result.run_ids == sorted(runs)
     errors = [f for f in result.checks.failed if not f.endswith("(WARN)")]
     assert errors == []

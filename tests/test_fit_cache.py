@@ -116,3 +116,35 @@ def test_fit_warehouse_says_which_runs_it_computed(run_dir: Path, warehouse: Pat
     again = pt.fit_warehouse(seeds=(0, 1))
     assert again.computed == ["b"] and again.runs == ["a", "b"]
     assert pt.fit_warehouse(seeds=(0, 1), cache=False).computed == ["a", "b"]
+
+
+STEP_ONLY = Path(__file__).resolve().parents[1] / "sample_logs" / "verl-gsm8k-ppo-v0.1"
+
+
+def test_a_fit_from_summaries_is_cached_and_keyed_by_the_fitting_code(tmp_path: Path, warehouse: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "src" / "gsm8k"
+    shutil.copytree(STEP_ONLY, d)
+    pt = PolyTrace(warehouse)
+    pt.ingest(d, run_id="steps", refresh=False)
+    fitted: list[str] = []
+    real = runs.fit_from_summaries
+
+    def counting(root: Path, run_id: str) -> dict:
+        fitted.append(run_id)
+        return real(root, run_id)
+
+    monkeypatch.setattr(runs, "fit_from_summaries", counting)
+    first = pt.fit()
+    assert first["workloads"]["steps"]["source"]["kind"] == "summaries"
+    assert pt.fit() == first and fitted == ["steps"]  # the second came from the cache
+    # the key holds the code digest of analyses/fit, the summary fit's modules included: one changed byte misses
+    before = cache.code_digest.__wrapped__()
+    original = Path.read_bytes
+    for name in ("summary_fit.py", "stepshape.py", "summaries.py"):
+        monkeypatch.setattr(Path, "read_bytes", lambda self, n=name: original(self) + (b"#" if self.name == n else b""))
+        assert cache.code_digest.__wrapped__() != before, name
+    monkeypatch.setattr(Path, "read_bytes", original)
+    monkeypatch.setattr(cache, "code_digest", lambda: "another version")
+    pt.fit()
+    assert fitted == ["steps", "steps"]

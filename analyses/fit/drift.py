@@ -20,7 +20,7 @@ a random-effects model ``l_k = a + b (k - k0) + eta_k + e_k`` with ``eta_k ~ N(0
 * ``tau^2 = max(0, residual variance around the trend - mean v_k)``: the step-to-step variation
   that sampling prompts does not explain (the generator's copula already makes group-level noise);
   with unequal ``v_k`` the same estimate weighted by ``1 / v_k`` (:func:`step_variance`).
-* ``level_se^2 = (tau^2 + mean v_k) / m``: how well ``a`` is known. The sampler draws it once per
+* ``level_se^2 = (tau^2 + mean v_k) / m`` (with unequal ``v_k``: ``1 / sum 1/(tau^2 + v_k)``): how well ``a`` is known. The sampler draws it once per
   replay (a seed), the step effect once per step.
 
 Censoring at the cap attenuates log(min(length, cap)): a level shift ``d`` moves ``l_k`` by about
@@ -217,7 +217,10 @@ def drift_from_levels(ks: np.ndarray, lev: np.ndarray, var: np.ndarray,
     dof = m - 1 - shrink
     s2 = float(np.sum(resid**2)) / dof if dof > 0 else 0.0
     tau2 = step_variance(resid, v, dof)
-    level_se = math.sqrt((tau2 + float(np.mean(v))) / m)
+    # the variance of the precision-weighted level ((tau^2 + v) / m with equal v), and the steps' typical
+    # sampling variance as their harmonic mean (a step that knows its level badly does not dominate either)
+    level_se = math.sqrt(1.0 / float(np.sum(1.0 / np.maximum(tau2 + v, 1e-12))))
+    v_typ = float(v.size / np.sum(1.0 / np.maximum(v, 1e-12)))
     blup = resid * (tau2 / (tau2 + v)) if tau2 > 0 else np.zeros(m)
     offsets = (b * c + blup) / att
     windows = [{"step": int(k), "level": float(lv), "sampling_var": float(vv), "offset": float(o)}
@@ -225,5 +228,5 @@ def drift_from_levels(ks: np.ndarray, lev: np.ndarray, var: np.ndarray,
     slope = b / att
     model = DriftModel("linear_log_scale" if slope != 0 else "none", mean_l - slope * center, slope, mean_l,
                        int(ks[0]), int(ks[-1]), float(t), windows, math.sqrt(tau2) / att, level_se / att,
-                       b_raw / att, shrink, max(dof, 0.0), s2 / att**2, float(np.mean(v)) / att**2, m)
+                       b_raw / att, shrink, max(dof, 0.0), s2 / att**2, v_typ / att**2, m)
     return model, {int(k): float(o) for k, o in zip(ks, offsets, strict=True)}

@@ -247,6 +247,9 @@ def solve_levels(shape: StepShape, target: np.ndarray, lo: np.ndarray, hi: np.nd
             break
     side = np.zeros(target.shape)
     x = 0.5 * (a + b)
+    # no bracket holds a root (a mean no level reaches in its window, as a window too narrow for its
+    # draws): the level that puts the target at the shape's median
+    fallback = np.log(np.maximum(target, 1e-300)) - float(shape.ppf(np.array([0.5]))[0])
     for _ in range(iters):
         with np.errstate(divide="ignore", invalid="ignore"):
             x = np.where(fb != fa, (a * fb - b * fa) / (fb - fa), 0.5 * (a + b))
@@ -261,4 +264,4 @@ def solve_levels(shape: StepShape, target: np.ndarray, lo: np.ndarray, hi: np.nd
         a, fa = np.where(left, x, a), np.where(left, fx, fa)
         b, fb = np.where(left, b, x), np.where(left, fb, fx)
         side = np.where(left, 1, -1)
-    return x
+    return np.where(found, x, fallback)

@@ -62,6 +62,7 @@ KNOT_LOGITS = 18.0  # knot levels from expit(-18) ~ 1.5e-8 to 1 - 1.5e-8, logit-
 N_KNOTS = 513
 UPPER_OVER_CAP = math.e  # the upper contamination reaches e x the cap (its part beyond is cut there)
 UPPER_OVER_MAX = 2.0  # ... or, with no cap known, twice the longest length logged
+MIN_EXTREME_N = 8  # fewer draws in a row than this: only its mean is used
 SPREAD_STEP = 0.1  # the step in log s of the profile likelihood's curvature
 MAX_SPREAD_SE = 0.5
 DEFAULT_WITHIN = 0.25  # within-group correlation where the summaries do not tell it
@@ -121,8 +122,10 @@ class _Rows:
         ok = np.isfinite(d.mean) & (d.n >= 1) & (d.mean > 0)
         one = d.averaged <= 1
         ext = ok & np.isfinite(d.lo) & np.isfinite(d.hi)
-        self.exact = ext & one & (d.n >= 2)  # one batch's min and max
-        self.maxonly = ok & one & ~np.isfinite(d.lo) & np.isfinite(d.hi) & (d.n >= 2)  # its max alone
+        # the extremes of a handful of draws say little, and leave a middle window too narrow to solve a level in
+        enough = d.n >= MIN_EXTREME_N
+        self.exact = ext & one & enough  # one batch's min and max
+        self.maxonly = ok & one & ~np.isfinite(d.lo) & np.isfinite(d.hi) & enough  # its max alone
         self.avg = ext & ~one  # means of per-step extremes
         self.plain = ok & ~self.exact & ~self.maxonly & ~self.avg  # a mean only
         cap = d.cap if d.cap is not None else math.inf
@@ -698,6 +701,17 @@ def within_from_seqlen(summ: pl.DataFrame, resp: LevelFit, prompt: LevelFit | No
     return float(np.sum(post * WITHIN_GRID) / np.sum(post))
 
 
+def statistics_used(variables: dict[str, Any], n_sources: list[str], within_source: str) -> list[str]:
+    """Every logged metric the workload was fitted from."""
+    used = {s for v in variables.values() for s in v.get("statistics", [])}
+    used |= {s for t in (variables.get("tools") or {}).values() for s in (t.get("latency_s") or {}).get("statistics", [])}
+    if "tokens" in n_sources:
+        used.add("perf/total_num_tokens")
+    if within_source == "global_seqlen":
+        used |= {"global_seqlen/min", "global_seqlen/max", "global_seqlen/mean"}
+    return sorted(used)
+
+
 def fit_workload_from_summaries(
     summ: pl.DataFrame,
     *,
@@ -781,7 +795,7 @@ def fit_workload_from_summaries(
         "drift": drift.to_dict(),
         **extra,
         "source": {"kind": "summaries", "n_source": n_sources[0] if len(n_sources) == 1 else n_sources,
-                   "statistics": sorted({s for v in variables.values() for s in v.get("statistics", [])}),
+                   "statistics": statistics_used(variables, n_sources, within_source),
                    "within_group_corr": within_source, "assumed": assumed},
     })
 

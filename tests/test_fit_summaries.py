@@ -334,3 +334,21 @@ def test_fidelity_from_summaries_cli(tmp_path, capsys):
     for k in ("ks_median", "ks_sample_fit", "crps_ratio", "crps_skill", "coverage90"):
         assert math.isfinite(b[k]), k
     assert 0.0 <= b["ks_median"] <= 1.0 and b["crps_ratio"] > 0
+
+
+def test_run_workload_and_report_show_the_fitted_per_step_quantiles(tmp_path):
+    from analyses.api import PolyTrace
+    from pipelines.assets.fit import run_fit_metadata
+
+    pt = PolyTrace(tmp_path / "wh")
+    pt.ingest(Path(__file__).resolve().parents[1] / "sample_logs" / "verl-gsm8k-ppo-v0.1", run_id="gsm8k")
+    f = pt.fit_run("gsm8k", seeds=(0, 1))
+    assert f.from_summaries and f.spec_path is not None and f.spec_path.exists()
+    chk = f.summary_check
+    steps = scan_table(tmp_path / "wh", "steps").collect()["step"].to_list()
+    assert chk is not None and chk["step"].to_list() == sorted(steps)  # every logged step, fitted beside it
+    meta = run_fit_metadata(f)
+    assert meta["fitted_from"].value == "fitted from summaries"
+    assert "| step | n | logged_min |" in meta["summary_check"].value
+    html = pt.report(png=False).path.read_text()
+    assert "data-group='workload'" in html and "workload__summary_check__gsm8k" in html

@@ -97,9 +97,12 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
         # one materialization per table per run, with metadata
         tiny = result.per_run["tiny-run"]
         assert {e.asset_key.to_user_string() for e in tiny.get_asset_materialization_events()} == {*TABLES, "run_workload"}
-        # the run's own fit is done in its ingest job; a step log without generation times has nothing to fit
+        # the run's own fit is done in its ingest job; a step log with length summaries but no batch size
+        # cannot be fitted from them, and says what to add
         fit = _mat(tiny, "run_workload").metadata
-        assert fit["skipped"].value == "neither per-sample lengths nor step times" and fit["computed"].value is False
+        assert fit["skipped"].value == (
+            "tiny-run: the batch's sample count is not in the logs (no config dump with the train batch size, no "
+            "token count with prompt lengths); set train_batch_size and rollout_n in run.toml")
         m = _mat(tiny, "steps")
         assert m.partition == "tiny-run"
         assert m.metadata["partition_row_count"].value == 3
@@ -110,19 +113,19 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
         assert "train.log" in _mat(tiny, "source_files").metadata["files"].value
         assert _mat(tiny, "runs").metadata["source_fingerprint"].value
 
-        # checks: 27 per run (22 on the tables, 5 health alerts); only bad-run's reject share fails, as a warning
+        # checks: 30 per run (25 on the tables, 5 health alerts); only bad-run's reject share fails, as a warning
         evals = {
             (e.asset_check_key.asset_key.to_user_string(), e.asset_check_key.name): e
             for e in result.per_run["bad-run"].get_asset_check_evaluations()
         }
-        assert len(evals) == _per_run_checks(defs) == 27 and len(tiny.get_asset_check_evaluations()) == 27
+        assert len(evals) == _per_run_checks(defs) == 30 and len(tiny.get_asset_check_evaluations()) == 30
         failed = {k: e for k, e in evals.items() if not e.passed}
         assert list(failed) == [("rejects", "reject_share")]
         assert failed["rejects", "reject_share"].severity == AssetCheckSeverity.WARN
         assert failed["rejects", "reject_share"].metadata["reject_share"].value == pytest.approx(
             1 / 3, abs=1e-6
         )
-        assert result.checks.passed == 53 and result.checks.failed == ["bad-run rejects:reject_share (WARN)"]
+        assert result.checks.passed == 59 and result.checks.failed == ["bad-run rejects:reject_share (WARN)"]
         assert all(e.passed for e in tiny.get_asset_check_evaluations())
 
         # the cross-run job refreshed the catalog; SQL sees both runs
@@ -237,7 +240,7 @@ def test_demo_main_prints_headlines(
     assert rc == 0, out
     assert "ingested 2 run(s)" in out
     assert "tiny-run: ok  files=1 steps=3 samples=0" in out
-    assert "asset checks: 53/54 passed" in out and "failed: bad-run rejects:reject_share (WARN)" in out
+    assert "asset checks: 59/60 passed" in out and "failed: bad-run rejects:reject_share (WARN)" in out
     assert "runs=2  source files=2  steps=5" in out
     assert f"warehouse: {tmp_path / 'wh'}" in out and "took " in out
     # the persistent instance under DAGSTER_HOME keeps the runs for the UI

@@ -53,7 +53,7 @@ def test_schema_rejects_broken_documents(spec):
     assert any("selected" in e for e in errs)
     wrong_major = dict(spec, polytrace_spec_version="2.0")
     (err,) = validate_spec(wrong_major)
-    assert err.startswith("$.polytrace_spec_version: major version 2.0 is not 1.3")
+    assert err.startswith("$.polytrace_spec_version: major version 2.0 is not 1.4")
 
 
 # a version-1.0 workload as `polytrace fit` wrote it before the step-level model: a parametric
@@ -89,7 +89,7 @@ def test_a_version_1_0_spec_still_reads_and_samples(tmp_path: Path):
     # half the responses at the cap mass, the rest in the body 10..20: as a 1.0 spec always sampled
     assert set(np.unique(r[r < 100])) <= set(range(10, 21)) and 0.3 < float(np.mean(r == 100)) < 0.7
     (tmp_path / "v2.json").write_text(json.dumps(dict(SPEC_1_0, polytrace_spec_version="2.0")))
-    with pytest.raises(SpecError, match="major version 2.0 is not 1.3"):
+    with pytest.raises(SpecError, match="major version 2.0 is not 1.4"):
         read_spec(tmp_path / "v2.json")
 
 

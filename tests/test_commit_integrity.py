@@ -61,7 +61,7 @@ _CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
     from analyses.ingest import ingest_run
-    ingest_run(Path(sys.argv[1]), Path(sys.argv[2]))
+    ingest_run(Path(sys.argv[1]), Path(sys.argv[2]), replace=True)
 """)
 
 
@@ -81,7 +81,9 @@ AFTER_PUBLISH = {"published", "catalog", "cleaned", "done"}
 
 @pytest.fixture(scope="module")
 def versions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """The tables of versions 1, 2 and 3 of run r, each ingested alone (the expected states)."""
+    """The tables of versions 1, 2 and 3 of run r, each ingested alone (the expected states). They
+    stand for one run directory whose logs changed, so the tests re-ingest them with ``replace``
+    (a run id published from one directory is otherwise never replaced from another)."""
     tmp = tmp_path_factory.mktemp("versions")
     out: dict[str, object] = {}
     for i, (n, gen) in enumerate([(3, 10.0), (5, 20.0), (2, 30.0)], start=1):
@@ -96,7 +98,7 @@ def versions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 @pytest.mark.parametrize("step", KILL_POINTS)
 def test_a_kill_at_any_commit_step_leaves_one_whole_version(tmp_path: Path, versions: dict, step: str) -> None:
     root = tmp_path / "wh"
-    ingest_run(versions["v1"], root)
+    ingest_run(versions["v1"], root, replace=True)
     res = _ingest_in_child(versions["v2"], root, kill_at=step)
     assert res.returncode == -9, res.stderr  # SIGKILL, as a crash or an OOM kill would
     seen = _snapshot(root)
@@ -108,7 +110,7 @@ def test_a_kill_at_any_commit_step_leaves_one_whole_version(tmp_path: Path, vers
     con.close()
     del con  # a live connection is a reader: the files of the version it bound would be kept for it
     # the next ingest cleans what the killed one left and publishes whole
-    ingest_run(versions["v3"], root)
+    ingest_run(versions["v3"], root, replace=True)
     assert _same(_snapshot(root), versions["tables3"])
     assert not any((root / STAGING).iterdir())
     published = {root / f.path for f in read_published(root, "r").tables.values()}
@@ -134,7 +136,7 @@ def test_a_held_run_lock_is_waited_for_then_refused(tmp_path: Path, versions: di
     waits: list[str] = []
     with run_lock(root, "r"):
         with pytest.raises(RunLocked, match=r"run r is being written by pid \d+"):
-            ingest_run(versions["v1"], root, lock_wait_s=0.3,
+            ingest_run(versions["v1"], root, replace=True, lock_wait_s=0.3,
                        progress=lambda kind, d: waits.append(d["message"]) if kind == "lock_wait" else None)
     assert len(waits) == 1 and "waiting for the lock on run r" in waits[0]
     assert published_runs(root) == {}
@@ -148,7 +150,7 @@ def test_a_held_run_lock_is_waited_for_then_refused(tmp_path: Path, versions: di
 
 def test_a_second_writer_waits_and_then_lands(tmp_path: Path, versions: dict) -> None:
     root = tmp_path / "wh"
-    ingest_run(versions["v1"], root)
+    ingest_run(versions["v1"], root, replace=True)
     held = threading.Event()
     done = threading.Event()
 
@@ -161,7 +163,7 @@ def test_a_second_writer_waits_and_then_lands(tmp_path: Path, versions: dict) ->
     t = threading.Thread(target=hold)
     t.start()
     held.wait()
-    ingest_run(versions["v2"], root, lock_wait_s=30)
+    ingest_run(versions["v2"], root, replace=True, lock_wait_s=30)
     assert done.is_set()  # it waited for the holder
     t.join()
     assert _same(_snapshot(root), versions["tables2"])
@@ -169,14 +171,14 @@ def test_a_second_writer_waits_and_then_lands(tmp_path: Path, versions: dict) ->
 
 def test_stale_staging_is_removed_at_the_next_ingest(tmp_path: Path, versions: dict) -> None:
     root = tmp_path / "wh"
-    ingest_run(versions["v1"], root)
+    ingest_run(versions["v1"], root, replace=True)
     stale = root / STAGING / "20200101T000000000000Z-deadbeef--r"
     (stale / "steps").mkdir(parents=True)
     (stale / "steps" / "part-000000.parquet").write_bytes(b"x" * 1000)
     (stale / "owner.json").write_text(json.dumps({"run_id": "r", "pid": 1, "host": "gone"}))
     orphan = parquet_root(root) / "steps" / "run_id=r" / "20200101T000000000000Z-deadbeef.parquet"
     orphan.write_bytes(b"half a file")
-    ingest_run(versions["v2"], root)
+    ingest_run(versions["v2"], root, replace=True)
     assert not stale.exists() and not orphan.exists()
     assert _same(_snapshot(root), versions["tables2"])
 
@@ -184,11 +186,11 @@ def test_stale_staging_is_removed_at_the_next_ingest(tmp_path: Path, versions: d
 def test_a_version_failing_a_blocking_check_is_kept_aside(tmp_path: Path, versions: dict,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "wh"
-    ingest_run(versions["v1"], root)
+    ingest_run(versions["v1"], root, replace=True)
     before = read_published(root, "r")
     monkeypatch.setattr(ingest_mod, "blocking_problems", lambda files: ["steps: injected by the test"])
     with pytest.raises(CommitRefused, match="blocking check failed: steps: injected") as info:
-        ingest_run(versions["v2"], root)
+        ingest_run(versions["v2"], root, replace=True)
     assert read_published(root, "r") == before  # the previous version stays published
     assert _same(_snapshot(root), versions["tables1"])
     kept = info.value.kept

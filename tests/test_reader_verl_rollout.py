@@ -105,8 +105,12 @@ def test_multiturn_tool_calls_turns_and_bad_records() -> None:
 def test_tokenizer_counts_exact_truncation_and_over_limit(warehouse: Path) -> None:
     run = FIX / "tokenizer_json_with_limit"
     report = ingest_run(run, warehouse, run_id="tok")
-    # run.toml and tokenizer.json are not inputs; 5.jsonl: 3 lines, the third has 9 tokens > 8
-    (f,) = report.files
+    # run.toml and tokenizer.json are not logs: accounted for as skipped, with why; 5.jsonl: 3 lines,
+    # the third has 9 tokens > 8
+    by = {f.path: f for f in report.files}
+    assert {p: (by[p].status, by[p].error.split(":")[0]) for p in ("run.toml", "tokenizer.json")} == {
+        "run.toml": ("skipped", "the run's run.toml"), "tokenizer.json": ("skipped", "the run's tokenizer (run.toml tokenizer)")}
+    f = by["5.jsonl"]
     assert (f.path, f.lines, f.rows_ok, f.rows_rejected) == ("5.jsonl", 3, 2, 1)
     rej = scan_table(warehouse, "rejects").collect()
     assert rej["reason"].to_list() == ["response has 9 tokens, over max_response_length 8"]
@@ -126,7 +130,7 @@ def test_named_tokenizer_missing_is_a_file_error(warehouse: Path, tmp_path: Path
     run.mkdir()
     shutil.copy(FIX / "tokenizer_json_with_limit" / "5.jsonl", run / "5.jsonl")
     (run / "run.toml").write_text('tokenizer = "nope/tokenizer.json"\n')
-    (f,) = ingest_run(run, warehouse).files
+    f = {f.path: f for f in ingest_run(run, warehouse).files}["5.jsonl"]
     assert f.status == "error" and "nope/tokenizer.json" in f.error
 
 

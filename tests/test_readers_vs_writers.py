@@ -47,7 +47,7 @@ _WRITER = textwrap.dedent(_START + """
     deadline = start(sync, f"w{first}")
     n = 0
     while time.time() < deadline:
-        ingest_run(runs[(first + n) % len(runs)], root)
+        ingest_run(runs[(first + n) % len(runs)], root, replace=True)  # versions of one directory
         n += 1
     print(n)
 """)
@@ -105,7 +105,7 @@ def test_readers_racing_reingests_see_one_whole_version_and_never_a_traceback(tm
         expected.append(_signature(tmp_path / f"alone{i}"))
     assert len({json.dumps(e, sort_keys=True) for e in expected}) == 3
     root = tmp_path / "wh"
-    ingest_run(versions[0], root)
+    ingest_run(versions[0], root, replace=True)
     env = dict(os.environ, PYTHONPATH=str(REPO), POLARS_MAX_THREADS="1")
     sync = tmp_path / "sync"
     sync.mkdir()
@@ -134,7 +134,7 @@ def test_readers_racing_reingests_see_one_whole_version_and_never_a_traceback(tm
     mixed = [r for r in reads if next(iter(r.values())) not in expected]
     assert not mixed, f"{len(mixed)} of {len(reads)} reads are no one version: {mixed[0]} (versions: {expected})"
     # with no reader left, the next ingest removes every replaced version's files
-    ingest_run(versions[1], root)
+    ingest_run(versions[1], root, replace=True)
     published = {root / f.path for f in read_published(root, "r").tables.values()}
     assert set(parquet_root(root).rglob("*.parquet")) == published
 
@@ -143,17 +143,17 @@ def test_a_replaced_version_stays_while_a_reader_holds_it(tmp_path: Path) -> Non
     """The mechanism, in one process: a reader lease keeps the replaced files; without readers they go."""
     v1, v2 = _version(tmp_path, "v1", 3, 10.0), _version(tmp_path, "v2", 5, 20.0)
     root = tmp_path / "wh"
-    ingest_run(v1, root)
+    ingest_run(v1, root, replace=True)
     con = PolyTrace(root).connect()  # holds a lease while it lives: it may read v1's files at any time
     old = {root / f.path for f in read_published(root, "r").tables.values()}
-    ingest_run(v2, root)
+    ingest_run(v2, root, replace=True)
     assert all(p.exists() for p in old)  # kept for the reader
     assert con.execute("SELECT count(*) FROM steps").fetchone()[0] == 3  # still the version it bound
     con.close()
     del con
     with reader_lease(root):  # another reader does not keep files no one can hold any more from going
         pass
-    ingest_run(v1, root)  # the next commit, with no reader, removes every replaced version
+    ingest_run(v1, root, replace=True)  # the next commit, with no reader, removes every replaced version
     published = {root / f.path for f in read_published(root, "r").tables.values()}
     assert set(parquet_root(root).rglob("*.parquet")) == published
     assert PolyTrace(root).connect().execute("SELECT count(*) FROM steps").fetchone()[0] == 3

@@ -26,13 +26,14 @@ def wh(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_all_runs_report_is_self_contained(wh: Path, tmp_path: Path) -> None:
     res = PolyTrace(wh).report(tmp_path / "r.html", png=False)
     text = res.path.read_text()
-    # one section per view group plus the comparison page (3 runs selected)
-    assert [s.group for s in res.sections] == [*(g.name for g in view_groups()), "compare"]
-    for g in [*(g.name for g in view_groups()), "compare"]:
+    # one section per view group, the comparison page (3 runs selected) and the fitted workloads
+    assert [s.group for s in res.sections] == [*(g.name for g in view_groups()), "compare", "workload"]
+    for g in [*(g.name for g in view_groups()), "compare", "workload"]:
         assert f"<section id='{g}'" in text
     # the synthetic warehouse feeds every group but the profiler traces' (it holds no Kineto trace;
-    # tests/test_trace_views.py builds that section from a hand-computed trace)
-    assert [s.group for s in res.sections if s.empty] == ["profiler_trace"]
+    # tests/test_trace_views.py builds that section from a hand-computed trace) and the workloads' (it was
+    # never fitted; tests/test_fit_summaries.py reports a fitted one)
+    assert [s.group for s in res.sections if s.empty] == ["profiler_trace", "workload"]
     # plotly.js is inlined, nothing is fetched: no external script or stylesheet
     assert "Plotly" in text and len(text) > 3_000_000
     assert not re.search(r"<script[^>]+src=", text) and not re.search(r"<link[^>]+href=", text)

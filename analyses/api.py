@@ -19,40 +19,24 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
 
 from analyses import catalog
-from analyses.alerts import Alert, Delivery, deliver, notify_urls, run_alerts, state_path
 from analyses.atomic_output import write_text
-from analyses.export.registry import ExportError, format_names
-from analyses.export.registry import export as export_spec
-from analyses.export.spec import build_spec, read_spec, write_spec
-from analyses.fit.cache import cached, is_fresh
-from analyses.fit.data import (
-    has_samples,
-    has_step_times,
-    has_summaries,
-    load_run,
-    load_summaries,
-    runs_with_samples,
-    runs_with_steps,
-    runs_with_summaries,
-)
-from analyses.fit.fidelity import DEFAULT_SEEDS, Progress, fidelity, step_time_only
-from analyses.fit.fidelity_table import criterion
-from analyses.fit.runs import fit_runs
-from analyses.fit.summary_fit import summary_check
-from analyses.ingest import ProgressFn, RunReport, ingest_run, resolve_run_id
-from analyses.manifest import load_manifest
-from analyses.objectstore import ObjectWarehouse, is_object_url
-from analyses.report import ReportResult, Section, build_report, group_section, selected_runs
-from analyses.run_split import PlannedRun, plan_runs
-from analyses.sandbox import run_queries
 from analyses.views import all_views, group, headline_frame, view_frame
 from analyses.warehouse import DEFAULT_LOCK_WAIT_S, ENV_WAREHOUSE, default_root, reader_lease, run_ids
+
+# Each method imports the module it delegates to: a command pays for what it uses (`polytrace runs`
+# never loads the fits, the exports, plotly or the readers; tests/test_cli_imports.py).
+if TYPE_CHECKING:
+    from analyses.alerts import Alert, Delivery
+    from analyses.fit.fidelity import Progress
+    from analyses.ingest import ProgressFn, RunReport
+    from analyses.report import ReportResult, Section
+    from analyses.run_split import PlannedRun
 
 REPORT_NAME = "polytrace_report.html"
 
@@ -158,10 +142,21 @@ class ExportSummary:
         return sum(p.stat().st_size for per in self.files.values() for fs in per.values() for p in fs)
 
 
+def _seeds(seeds: tuple[int, ...] | None) -> tuple[int, ...]:
+    """``seeds``, or the fidelity protocol's when None (:data:`analyses.fit.fidelity.DEFAULT_SEEDS`)."""
+    if seeds is not None:
+        return seeds
+    from analyses.fit.fidelity import DEFAULT_SEEDS
+
+    return DEFAULT_SEEDS
+
+
 class PolyTrace:
     """One warehouse (Parquet tables + DuckDB catalog + derived outputs) and its operations."""
 
     def __init__(self, warehouse: Path | str | None = None) -> None:
+        from analyses.objectstore import ObjectWarehouse, is_object_url
+
         where = warehouse if warehouse is not None else os.environ.get(ENV_WAREHOUSE)
         # an s3:// warehouse is read through its local mirror: every read path below is unchanged
         self.store = ObjectWarehouse(str(where)) if is_object_url(where) else None
@@ -227,12 +222,18 @@ class PolyTrace:
         The run's commit refreshes the catalog file's base tables; ``refresh`` also (re)creates
         every derived view there (skip it when ingesting many runs and refresh once at the end).
         """
+        from analyses.ingest import resolve_run_id
+        from analyses.manifest import load_manifest
+        from analyses.run_split import PlannedRun
+
         where = path.resolve()
         rid = resolve_run_id(where, load_manifest(where), run_id)
         return self.ingest_planned(PlannedRun(rid, where), progress=progress, refresh=refresh, lock_wait_s=lock_wait_s)
 
     def plan_runs(self, path: Path, run_id: str | None = None) -> list[PlannedRun]:
         """The runs ``path`` holds: one, or one per separate log (see :mod:`analyses.run_split`)."""
+        from analyses.run_split import plan_runs
+
         return plan_runs(path, run_id)
 
     def ingest_planned(self, plan: PlannedRun, progress: ProgressFn | None = None, refresh: bool = True,
@@ -240,6 +241,8 @@ class PolyTrace:
         """Ingest one run of :meth:`plan_runs` (a whole directory or file, or its files of that run);
         ``replace``: publish it even over a run of that id from another source
         (:class:`analyses.ingest.RunSourceConflict`)."""
+        from analyses.ingest import ingest_run
+
         if self.store is not None:
             return self._ingest_to_store(plan, progress, lock_wait_s, replace)
         report = ingest_run(plan.path, self.root, run_id=plan.run_id, progress=progress, lock_wait_s=lock_wait_s,
@@ -253,6 +256,8 @@ class PolyTrace:
                          replace: bool = False) -> RunReport:
         """Under the run's lease: build and check the run in a private local warehouse, exactly as
         on disk, then upload it with its manifest last (:meth:`ObjectWarehouse.publish`)."""
+        from analyses.ingest import ingest_run
+
         assert self.store is not None
         rid = plan.run_id
         with self.store.lease(rid, lock_wait_s) as lease, tempfile.TemporaryDirectory(prefix="polytrace-stage-") as tmp:
@@ -271,9 +276,23 @@ class PolyTrace:
         rejects (a run of per-worker timings alone is not a row of zeros)."""
         return self.connect().sql(RUNS_SQL).pl()
 
+    def run_rows(self) -> list[dict[str, Any]]:
+        """The rows of :meth:`runs` as dicts of plain values (``polytrace runs`` prints them without
+        a frame: handing DuckDB's result to Polars would load pyarrow for a few lines). They read
+        base tables only: the connection binds none of the derived views (most of a catalog's
+        start-up)."""
+        con = catalog.connect(self._sync())
+        try:
+            rel = con.sql(RUNS_SQL)
+            return [dict(zip(rel.columns, row, strict=True)) for row in rel.fetchall()]
+        finally:
+            con.close()
+
     def query(self, sql: str) -> list[tuple[str, pl.DataFrame]]:
         """Run read-only SQL in DuckDB's sandbox (see :mod:`analyses.sandbox`): every statement
         with its result, or :class:`~analyses.sandbox.QueryRefused` before anything runs."""
+        from analyses.sandbox import run_queries
+
         con = catalog.connect(self._sync(), all_views(), sandbox=True)
         try:
             return run_queries(con, sql)
@@ -282,6 +301,8 @@ class PolyTrace:
 
     def alerts(self, runs: Iterable[str] | None = None) -> list[Alert]:
         """The training-health alerts raised so far (``health_alerts``), by run and first step."""
+        from analyses.alerts import run_alerts
+
         con = self.connect()
         try:
             return run_alerts(con, runs)
@@ -291,6 +312,8 @@ class PolyTrace:
     def notify(self, alerts: Iterable[Alert], urls: list[str] | None = None) -> Delivery:
         """Send each of ``alerts`` not sent before to ``urls`` (default ``$POLYTRACE_NOTIFY``), once
         (:func:`analyses.alerts.deliver`; what was sent is kept beside the warehouse)."""
+        from analyses.alerts import deliver, notify_urls, state_path
+
         return deliver(alerts, notify_urls() if urls is None else urls, state_path(self._sync()))
 
     def view(self, name: str, runs: Iterable[str] | None = None) -> pl.DataFrame:
@@ -301,6 +324,8 @@ class PolyTrace:
 
     def section(self, group_name: str, runs: Sequence[str] | None = None) -> Section:
         """A view group's headline table and figures, as the report and the Dagster asset show them."""
+        from analyses.report import group_section
+
         con = self.connect()
         try:
             chosen = list(runs) if runs is not None else [r[0] for r in con.sql("SELECT run_id FROM runs ORDER BY 1").fetchall()]
@@ -314,6 +339,7 @@ class PolyTrace:
                png_dir: Path | None = None, all_pngs: bool = False, progress: Progress | None = None) -> ReportResult:
         """The self-contained HTML report (default ``<warehouse>/reports/polytrace_report.html``);
         ``progress`` hears a step per section and one for the PNGs."""
+        from analyses.report import build_report, selected_runs
         from analyses.workload_section import workload_section
 
         con = self.connect()
@@ -376,15 +402,21 @@ class PolyTrace:
         return reader_lease(self._sync())
 
     def runs_with_samples(self) -> list[str]:
+        from analyses.fit.data import runs_with_samples
+
         with self._reading():
             return runs_with_samples(self.root)
 
     def runs_with_steps(self) -> list[str]:
+        from analyses.fit.data import runs_with_steps
+
         with self._reading():
             return runs_with_steps(self.root)
 
     def runs_with_summaries(self) -> list[str]:
         """Runs with per-step length summaries and no per-sample lengths (fitted from the summaries)."""
+        from analyses.fit.data import runs_with_summaries
+
         with self._reading():
             return runs_with_summaries(self.root)
 
@@ -395,6 +427,9 @@ class PolyTrace:
         :mod:`analyses.cli.work_progress`). An unchanged run's fit comes from :mod:`analyses.fit.cache`
         unless ``cache`` is False. ``skipped``: a run that cannot be fitted is recorded there (run id
         -> why) instead of raising."""
+        from analyses.export.spec import write_spec
+        from analyses.fit.runs import fit_runs
+
         with self._reading():
             spec = fit_runs(self.root, list(runs) if runs else None, seed=seed, progress=progress, cache=cache,
                             skipped=skipped)
@@ -402,7 +437,7 @@ class PolyTrace:
             write_spec(spec, out)
         return spec
 
-    def fidelity(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
+    def fidelity(self, run_id: str, seeds: tuple[int, ...] | None = None, progress: Progress | None = None,
                  cache: bool = True, from_summaries: bool = False) -> dict[str, Any] | None:
         """Our generator and PolyTrace's histogram resampler scored by rolling origin over one
         run (:mod:`analyses.fit.fidelity`); the step-time model alone for a run with a step log but
@@ -410,10 +445,14 @@ class PolyTrace:
         run's per-step summaries alone, scored beside them (``summary_fit``). An unchanged run's
         scores come from :mod:`analyses.fit.cache` unless ``cache`` is False."""
         with self._reading():
-            return self._fidelity(run_id, seeds, progress, cache, from_summaries)
+            return self._fidelity(run_id, _seeds(seeds), progress, cache, from_summaries)
 
     def _fidelity(self, run_id: str, seeds: tuple[int, ...], progress: Progress | None,
                   cache: bool, from_summaries: bool) -> dict[str, Any] | None:
+        from analyses.fit.cache import cached
+        from analyses.fit.data import has_samples, load_run
+        from analyses.fit.fidelity import fidelity, step_time_only
+
         root = self.root
         if not has_samples(root, run_id):
             return step_time_only(load_run(root, run_id))
@@ -433,17 +472,25 @@ class PolyTrace:
     @staticmethod
     def fidelity_criterion(results: list[dict[str, Any]]) -> dict[str, Any]:
         """Mean / minimum CRPS skill, pooled coverage, worst KS margin and the targets met."""
+        from analyses.fit.fidelity_table import criterion
+
         return criterion(results)
 
-    def fit_run(self, run_id: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
+    def fit_run(self, run_id: str, seeds: tuple[int, ...] | None = None, progress: Progress | None = None,
                 cache: bool = True) -> RunFit:
         """One run's spec (``fits/<run>.spec.json``) and fidelity, or its step-time model when it
         has only a step log; from :mod:`analyses.fit.cache` when the run is unchanged since its
         last fit (unless ``cache`` is False). Too little data is said in ``skipped``, not raised."""
         with self._reading():
-            return self._fit_run(run_id, seeds, progress, cache)
+            return self._fit_run(run_id, _seeds(seeds), progress, cache)
 
     def _fit_run(self, run_id: str, seeds: tuple[int, ...], progress: Progress | None, cache: bool) -> RunFit:
+        from analyses.export.spec import write_spec
+        from analyses.fit.cache import is_fresh
+        from analyses.fit.data import has_samples, has_step_times, load_run
+        from analyses.fit.fidelity import step_time_only
+        from analyses.fit.runs import fit_runs
+
         out = RunFit(run_id)
         root = self.root
         if not has_samples(root, run_id):
@@ -468,6 +515,13 @@ class PolyTrace:
     def _fit_step_only(self, out: RunFit, root: Path, cache: bool) -> RunFit:
         """A run without per-sample lengths: its workload from its per-step summaries (with the
         fitted per-step quantiles beside the logged ones) and its step-time model, where it has them."""
+        from analyses.export.spec import write_spec
+        from analyses.fit.cache import is_fresh
+        from analyses.fit.data import has_step_times, has_summaries, load_run, load_summaries
+        from analyses.fit.fidelity import step_time_only
+        from analyses.fit.runs import fit_runs
+        from analyses.fit.summary_fit import summary_check
+
         run_id = out.run_id
         if has_summaries(root, run_id):
             out.computed = not (cache and is_fresh(root, run_id, "workloads", seed=0))
@@ -487,16 +541,18 @@ class PolyTrace:
             out.skipped = "neither per-sample lengths, per-step length summaries nor step times"
         return out
 
-    def fit_warehouse(self, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress: Progress | None = None,
+    def fit_warehouse(self, seeds: tuple[int, ...] | None = None, progress: Progress | None = None,
                       cache: bool = True) -> FitSummary:
         """Specs and fidelity for every run: ``fits/<run>.spec.json``, ``fits/all_runs.spec.json``
         and ``fits/fidelity.json``. A run too small to fit is reported, not fatal for the others.
         A run unchanged since its last fit is not fitted or scored again unless ``cache`` is False,
         so this costs one run's fit per new or changed run (:meth:`fit_run` per run)."""
         with self._reading():
-            return self._fit_warehouse(seeds, progress, cache)
+            return self._fit_warehouse(_seeds(seeds), progress, cache)
 
     def _fit_warehouse(self, seeds: tuple[int, ...], progress: Progress | None, cache: bool) -> FitSummary:
+        from analyses.export.spec import build_spec, write_spec
+
         out = FitSummary()
         self.layout.fits.mkdir(parents=True, exist_ok=True)
         specs: dict[str, dict[str, Any]] = {}
@@ -530,6 +586,9 @@ class PolyTrace:
 
     def export(self, spec: dict[str, Any] | Path, fmt: str, out: Path, **options: Any) -> list[Path]:
         """Write ``spec``'s workloads in ``fmt`` under ``out`` (see :mod:`analyses.export.registry`)."""
+        from analyses.export.registry import export as export_spec
+        from analyses.export.spec import read_spec
+
         doc = read_spec(spec) if isinstance(spec, Path) else spec
         return export_spec(doc, fmt, out, **options)
 
@@ -537,6 +596,10 @@ class PolyTrace:
         """Every fitted run's spec (from samples or from summaries) in every format its workload
         holds the variables for, under ``exports/<run>/<format>/``; a format a run's logs cannot
         feed (a step-only run without prompt lengths) is listed in ``missing`` with the reason."""
+        from analyses.export.registry import ExportError, format_names
+        from analyses.export.registry import export as export_spec
+        from analyses.export.spec import read_spec
+
         out = ExportSummary()
         for r in sorted(self.run_ids()):
             sp = self.layout.spec_path(r)

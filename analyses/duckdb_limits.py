@@ -27,8 +27,10 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
+if TYPE_CHECKING:  # only in annotations: `polytrace query --help` names this module's settings without DuckDB
+    import duckdb
 
 ENV_MEMORY = "POLYTRACE_MEMORY_LIMIT"
 ENV_TEMP = "POLYTRACE_TEMP_LIMIT"

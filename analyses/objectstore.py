@@ -47,12 +47,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING
 
 from analyses.conditional_writes import ConditionalStore, StoreRequestError
 from analyses.schema import TABLES
 from analyses.warehouse import MANIFESTS, PublishedRun, RunLocked, kill_point, read_published
+
+if TYPE_CHECKING:  # pyarrow's S3 client only once a store is used: every warehouse command imports this module
+    import pyarrow.fs as pafs
 
 SCHEME = "s3://"
 ENV_CACHE = "POLYTRACE_CACHE"
@@ -168,6 +170,8 @@ def _truthy(v: str | None) -> bool:
 def s3_filesystem() -> pafs.S3FileSystem:
     """pyarrow's S3 client configured from the standard AWS variables; it fails fast (one attempt,
     short timeouts) so a wrong endpoint is an error in seconds, not a hang."""
+    import pyarrow.fs as pafs
+
     endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
     scheme = "https"
     if endpoint is not None and "://" in endpoint:
@@ -260,6 +264,8 @@ class ObjectWarehouse:
         self._call(write)
 
     def _list(self, rel: str) -> list[pafs.FileInfo]:
+        import pyarrow.fs as pafs
+
         sel = pafs.FileSelector(self.key(rel), allow_not_found=True, recursive=False)
         return [i for i in self._call(self.fs.get_file_info, sel) if i.type == pafs.FileType.File]
 
@@ -267,6 +273,8 @@ class ObjectWarehouse:
 
     def check(self) -> None:
         """Raise :class:`StoreError` unless the endpoint answers, the credentials work and the bucket exists."""
+        import pyarrow.fs as pafs
+
         if self._call(self.fs.get_file_info, self.bucket).type == pafs.FileType.NotFound:
             raise StoreError(f"warehouse {self.url}: the bucket does not exist")
         self._list(MANIFESTS)
@@ -297,6 +305,8 @@ class ObjectWarehouse:
     def sync(self) -> Path:
         """Bring the local mirror to what is published: download the files the manifests name
         (once: names are immutable), then the manifests; drop manifests no longer published."""
+        import pyarrow.fs as pafs
+
         pubs = self.manifests()
         (self.mirror / MANIFESTS).mkdir(parents=True, exist_ok=True)
         for rid, pub in pubs.items():

@@ -47,8 +47,6 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import read_head
-
 # point mass at the maximum: at least this many samples exactly at the maximum, among at least
 # this many distinct values (a handful of distinct lengths says nothing about a cap)
 POINT_MASS_MIN_AT_MAX = 2
@@ -154,6 +152,9 @@ def _positive(m: re.Match[str] | None) -> int | None:
 
 def config_dump_file_facts(path: Path) -> ConfigFacts:
     """:func:`config_dump_facts` of the first :data:`CONFIG_HEAD_BYTES` of ``path``."""
+    # the readers (numpy) only where a file is read: the views import only this module's constants
+    from analyses.readers.base import read_head
+
     return config_dump_facts(read_head(path, CONFIG_HEAD_BYTES))
 
 

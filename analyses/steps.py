@@ -58,12 +58,15 @@ difference of a cumulative counter (TRL's ``num_tokens``) between the step and t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from analyses.schema import STEPS, conform
+
+if TYPE_CHECKING:  # pyarrow where steps are accumulated: the views import only the metric catalog here
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -413,6 +416,8 @@ class StepsAccumulator:
             return
         if not want.get_column("line_no").is_sorted():
             want = want.sort("line_no", maintain_order=True)
+        import pyarrow as pa
+
         # the last row of each (step, metric) in line order
         key = pl.col("step") * len(STEP_INPUT_METRICS) + pl.col("code")
         last = want.filter(key.is_last_distinct())

@@ -35,13 +35,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from analyses.atomic_output import WriteFailed, try_lock, writing
 from analyses.schema import TABLES, Table, conform, parquet_metadata
+
+if TYPE_CHECKING:  # pyarrow once Parquet is written or its metadata read: `polytrace runs` and `query` need neither
+    import pyarrow.parquet as pq
 
 ENV_WAREHOUSE = "POLYTRACE_WAREHOUSE"
 ENV_KILL_AT = "POLYTRACE_TEST_KILL_AT"  # test hook: SIGKILL this process at the named commit step
@@ -287,6 +289,8 @@ def write_part(df: pl.DataFrame, table: Table, path: Path) -> int:
 
 def _described(path: Path) -> bool:
     """The Parquet file carries the table's key-value metadata (:func:`analyses.schema.parquet_metadata`)."""
+    import pyarrow.parquet as pq
+
     return b"polytrace.table" in (pq.read_metadata(path).metadata or {})
 
 
@@ -353,6 +357,9 @@ class RunStaging:
         return df.height
 
     def _write_batch(self, table: str, df: pl.DataFrame, prefix: str) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         t = TABLES[table]
         batch = conform(df, t).select(list(t.stored_columns)).to_arrow(compat_level=pl.CompatLevel.oldest())
         # a failed write is the warehouse's (a full disk), not the input file's: WriteFailed stops the ingest

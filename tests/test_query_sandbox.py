@@ -116,7 +116,7 @@ _WRITE_THROUGH_DUCKDB = """
 import sys
 from pathlib import Path
 from analyses import catalog, landlock
-from analyses.cli.query import query_scratch
+from analyses.cli.query_run import query_scratch
 wh, target, confine = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
 with query_scratch(wh) as spill:
     if confine:
@@ -200,7 +200,7 @@ def test_landlock_denies_writes_exec_and_tcp_outside_the_scratch_directory(tmp_p
 def test_without_landlock_the_command_says_so_only_when_required(monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Path) -> None:
     from analyses.cli.common import UsageError
-    from analyses.cli.query import confine
+    from analyses.cli.query_run import confine
 
     monkeypatch.setattr(landlock, "abi", lambda: 0)  # a kernel without it: nothing is confined
     assert confine(tmp_path) == 0

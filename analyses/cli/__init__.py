@@ -1,18 +1,20 @@
 """The ``polytrace`` command line: one module per command, each declaring a
 :class:`~analyses.cli.common.Command`; :data:`COMMANDS` is the list the parser is built from.
-Every handler works through :class:`analyses.api.PolyTrace`."""
+Every handler works through :class:`analyses.api.PolyTrace`.
+
+A command imports only what it uses: the command modules import nothing heavy at the top (their
+handlers import DuckDB, Polars, the fits, ... when they run), and the parser adds the arguments
+of the command being run only, so ``polytrace --version``, ``--help`` and ``polytrace query``
+start without the fitting stack, plotly or the export formats (``tests/test_cli_imports.py``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
-from analyses.atomic_output import OutputRefused, WriteFailed
 from analyses.cli import alerts, compare, export, fidelity, fit, ingest, query, report, runs, trace_diff
 from analyses.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Command, UsageError
-from analyses.objectstore import StoreError
 
 COMMANDS: tuple[Command, ...] = (
     ingest.COMMAND,
@@ -30,13 +32,34 @@ COMMANDS: tuple[Command, ...] = (
 
 
 def _version() -> str:
+    from importlib import metadata  # 40 ms of imports (email, zipfile): only for --version
+
     try:
         return metadata.version("polytrace")
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """argparse's ``version`` action, the version looked up only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"polytrace {_version()}")
+        parser.exit()
+
+
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (``polytrace`` itself
+    takes no option with a value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given ``argv``, only the command it names gets its arguments (the others
+    are listed with their help line): building a command's arguments may import what it needs
+    (the export formats' names, the fidelity protocol's seeds)."""
+    chosen = None if argv is None else _chosen(argv)  # given argv and no command: no command's arguments
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="polytrace",
@@ -44,18 +67,27 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
         epilog="example:\n  polytrace ingest --root sample_logs && polytrace runs",
     )
-    parser.add_argument("--version", action="version", version=f"polytrace {_version()}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for c in COMMANDS:
         p = sub.add_parser(c.name, help=c.help, description=c.description, epilog=c.epilog, formatter_class=fmt)
-        c.add_arguments(p)
+        if argv is None or chosen == c.name:
+            c.add_arguments(p)
         p.set_defaults(handler=c.run)
     return parser
 
 
+def _raised(module: str, name: str) -> tuple[type[Exception], ...]:
+    """``module.name`` when the command imported ``module``: an exception of a module it never
+    imported cannot have been raised, and the modules need not load for ``--version``."""
+    mod = sys.modules.get(module)
+    return (getattr(mod, name),) if mod is not None else ()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     # the command line of this process (not a call from Python): a command may confine the
     # process it owns (``query`` lands itself in Landlock), never its caller's
     args.own_process = argv is None
@@ -64,10 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return args.handler(args)
-    except (UsageError, StoreError, OutputRefused) as exc:  # an unusable store or --out is bad usage too
+    # an unusable store or --out is bad usage too
+    except (UsageError, *_raised("analyses.objectstore", "StoreError"),
+            *_raised("analyses.atomic_output", "OutputRefused")) as exc:
         print(f"polytrace {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except WriteFailed as exc:  # a full disk is not a bad input: one line, nothing half-written
+    except _raised("analyses.atomic_output", "WriteFailed") as exc:  # a full disk is not a bad input: one line, nothing half-written
         print(f"polytrace {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except BrokenPipeError:

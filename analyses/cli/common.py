@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from analyses.api import PolyTrace
-from analyses.warehouse import ENV_WAREHOUSE
+if TYPE_CHECKING:
+    from analyses.api import PolyTrace
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -30,6 +31,8 @@ class Command:
 
 
 def add_warehouse(p: argparse.ArgumentParser) -> None:
+    from analyses.warehouse import ENV_WAREHOUSE
+
     p.add_argument(
         "--warehouse",
         default=None,
@@ -40,6 +43,8 @@ def add_warehouse(p: argparse.ArgumentParser) -> None:
 
 def warehouse(args: argparse.Namespace, must_exist: bool = True) -> PolyTrace:
     """The warehouse the command works on; a missing one is a usage error when it must exist."""
+    from analyses.api import PolyTrace
+
     pt = PolyTrace(args.warehouse)
     if must_exist and not pt.exists():
         raise UsageError(f"warehouse {pt.location} does not exist (run `polytrace ingest` first)")

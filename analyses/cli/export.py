@@ -8,13 +8,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from analyses.api import PolyTrace
 from analyses.cli.common import EXIT_OK, Command, UsageError
-from analyses.export.registry import ExportError, export_formats, format_names
-from analyses.export.spec import SpecError, read_spec
 
 
 def _arguments(p: argparse.ArgumentParser, required_format: bool) -> None:
+    from analyses.export.registry import format_names
+
     p.add_argument("--spec", type=Path, required=True, help="spec file written by `polytrace fit`")
     if required_format:
         p.add_argument("--format", choices=format_names(), required=True)
@@ -37,6 +36,10 @@ def _arguments(p: argparse.ArgumentParser, required_format: bool) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analyses.api import PolyTrace
+    from analyses.export.registry import ExportError
+    from analyses.export.spec import SpecError, read_spec
+
     if not args.spec.exists():
         raise UsageError(f"{args.spec}: no such spec file")
     try:
@@ -58,8 +61,14 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _formats_epilog() -> str:
-    return "formats:\n" + "\n".join(f"  {f.name:<17} {f.files}  (read by {f.consumer})" for f in export_formats())
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    """``export``'s arguments, and the formats' list before its examples (the formats are
+    imported only for the command that shows them)."""
+    from analyses.export.registry import export_formats
+
+    _arguments(p, required_format=True)
+    p.epilog = ("formats:\n" + "\n".join(f"  {f.name:<17} {f.files}  (read by {f.consumer})" for f in export_formats())
+                + "\n" + (p.epilog or ""))
 
 
 COMMAND = Command(
@@ -67,9 +76,9 @@ COMMAND = Command(
     help="write a spec's workloads in another tool's format",
     description="Write every workload of SPEC in FORMAT under DIR (one subdirectory per workload when the spec "
     "has several). Sample-based formats generate --steps steps with --seed; the same seed gives the same bytes.",
-    epilog=_formats_epilog() + "\nexamples:\n  polytrace export --spec spec.json --format polytrace-v2 --out gen/\n"
+    epilog="examples:\n  polytrace export --spec spec.json --format polytrace-v2 --out gen/\n"
     "  polytrace export --spec spec.json --format vidur --out vidur/ --steps 10 --step-interval-s 120",
-    add_arguments=lambda p: _arguments(p, required_format=True),
+    add_arguments=_export_arguments,
     run=_run,
 )
 

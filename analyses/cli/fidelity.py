@@ -9,11 +9,11 @@ import sys
 
 from analyses.cli.common import EXIT_OK, Command, UsageError, add_warehouse, warehouse
 from analyses.cli.work_progress import WorkProgress
-from analyses.fit.fidelity import DEFAULT_SEEDS
-from analyses.fit.fidelity_table import criterion, fidelity_table, summary_criterion
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
+    from analyses.fit.fidelity import DEFAULT_SEEDS
+
     p.add_argument("runs", nargs="*", metavar="RUN", help="run id(s)")
     p.add_argument("--all", action="store_true", help="every run with per-sample lengths (or a step log)")
     p.add_argument("--seeds", type=int, default=None,
@@ -29,6 +29,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analyses.fit.fidelity import DEFAULT_SEEDS
+    from analyses.fit.fidelity_table import criterion, fidelity_table, summary_criterion
+
     pt = warehouse(args)
     have, timed = pt.runs_with_samples(), pt.runs_with_steps()
     if args.from_summaries:  # the proof needs the truth: runs with per-sample lengths only

@@ -6,20 +6,21 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from analyses.api import PolyTrace
-from analyses.atomic_output import WriteFailed
 from analyses.cli.common import EXIT_FAIL, EXIT_OK, Command, UsageError, add_warehouse, warehouse
 from analyses.cli.work_progress import WorkProgress
-from analyses.fanout import RayUnavailable, RunOutcome, RunTask, ingest_local, ingest_ray
-from analyses.ingest import RunReport, RunSourceConflict, iter_run_dirs
-from analyses.manifest import ManifestError, RunIdError
-from analyses.progress import IngestProgress
-from analyses.run_split import PlannedRun, plan_runs
-from analyses.warehouse import DEFAULT_LOCK_WAIT_S, CommitRefused, RunLocked, read_published
+
+if TYPE_CHECKING:
+    from analyses.api import PolyTrace
+    from analyses.fanout import RunOutcome
+    from analyses.ingest import RunReport
+    from analyses.run_split import PlannedRun
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
+    from analyses.warehouse import DEFAULT_LOCK_WAIT_S
+
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="run directory or single log file")
     p.add_argument("--root", type=Path, help="ingest every immediate subdirectory of DIR as a run")
     p.add_argument("--run-id", help="run id (only with a single PATH; default: directory name or run.toml)")
@@ -39,6 +40,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analyses.atomic_output import WriteFailed
+    from analyses.ingest import RunSourceConflict, iter_run_dirs
+    from analyses.progress import IngestProgress
+    from analyses.warehouse import DEFAULT_LOCK_WAIT_S, CommitRefused, RunLocked, read_published
+
     runs: list[Path] = list(args.paths)
     if args.root is not None:
         if not args.root.is_dir():
@@ -111,6 +117,8 @@ def _run_fanout(args: argparse.Namespace, pt: PolyTrace, plans: list[PlannedRun]
                 t0: float) -> int:
     """One task per run on local processes (``--workers``) or Ray (``--ray``); the progress bar
     counts runs done, and each run's summary prints as it lands."""
+    from analyses.fanout import RayUnavailable, RunTask, ingest_local, ingest_ray
+
     show = not args.quiet
     by_id = {p.run_id: p for p in plans}
     tasks = [RunTask.of(p, pt.location, lock_wait_s, args.replace) for p in plans]
@@ -155,6 +163,9 @@ def _no_data(rep: RunReport, plan: PlannedRun) -> str:
 def _plan(paths: list[Path], forced: str | None, show: bool) -> list[PlannedRun]:
     """The runs of every PATH (a directory of several logs is several runs, analyses.run_split);
     one usage error for a bad run.toml, a bad id or two runs with one id."""
+    from analyses.manifest import ManifestError, RunIdError
+    from analyses.run_split import plan_runs
+
     out: list[PlannedRun] = []
     ids: dict[str, Path] = {}
     for p in paths:

@@ -8,11 +8,11 @@ from analyses.cli.common import EXIT_OK, Command, add_warehouse, warehouse
 
 
 def _run(args: argparse.Namespace) -> int:
-    df = warehouse(args).runs()
-    if df.height == 0:
+    rows = warehouse(args).run_rows()
+    if not rows:
         print("no runs")
         return EXIT_OK
-    for r in df.iter_rows(named=True):
+    for r in rows:
         print(_line(r))
     return EXIT_OK
 

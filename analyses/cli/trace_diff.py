@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from analyses.cli.common import EXIT_OK, Command, UsageError, add_warehouse, warehouse
-from analyses.cli.query import print_frame
 
 SELECTION = "RUN[:RANKS[:STEPS[:STAGE]]]"
 
@@ -45,6 +44,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analyses.cli.query_run import print_frame
     from analyses.trace.diff import TraceSelection, trace_diff  # duckdb-only, but kept off the CLI's start
 
     pt = warehouse(args)

@@ -8,9 +8,13 @@ count means unknown.
 
 from __future__ import annotations
 
-from analyses import figures as F
+from typing import TYPE_CHECKING
+
 from analyses.views.group import ReadView, View, ViewGroup
 from analyses.views.sql import ratio
+
+if TYPE_CHECKING:
+    from analyses.figures import FigureSpec
 
 _sums = """
 count(*) AS gen_batches, CAST(sum(prompts_generated) AS BIGINT) AS prompts_generated, CAST(sum(prompts_kept) AS BIGINT) AS prompts_kept,
@@ -40,7 +44,9 @@ FROM (SELECT run_id, count(DISTINCT trainer_step) AS trainer_steps, {_sums} FROM
     "Per run: trainer_steps, gen_batches, gen_batches_per_step, the sums and shares of filter_waste over the run.",
 )
 
-def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+def _figures(read: ReadView, runs: list[str]) -> list[FigureSpec]:
+    from analyses import figures as F  # plotly: only when a report draws
+
     return F.per_run(read("filter_waste"), runs, "filter_waste__per_step", F.filter_waste_figure, True)
 
 

@@ -13,12 +13,17 @@ over the GPUs the job used (``gpus_used``); the same rule gives ``runs.n_gpus`` 
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-from analyses import figures as F
 from analyses.run_facts import IDLE_UTIL_PCT, UTIL_METRIC
 from analyses.views.group import ReadView, View, ViewGroup
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from analyses.figures import FigureSpec
 
 TIMELINE_POINTS = 300
 
@@ -133,7 +138,9 @@ FROM w LEFT JOIN per_step p USING (run_id, step) LEFT JOIN spread s USING (run_i
 )
 
 
-def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+def _figures(read: ReadView, runs: list[str]) -> list[FigureSpec]:
+    from analyses import figures as F  # plotly: only when a report draws
+
     per_step = read("gpu_utilization").filter(pl.col("scope") == "step")
     windows = read("gpu_step_utilization").select("run_id", "step", "start_ts")
 

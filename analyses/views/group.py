@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from analyses.figures import FigureSpec
+if TYPE_CHECKING:  # a group's figure builder imports the figures (plotly) when a report draws: the catalog never does
+    from analyses.figures import FigureSpec
 
 ReadView = Callable[[str], pl.DataFrame]  # view name -> its rows for the selected runs
-FigureBuilder = Callable[[ReadView, list[str]], list[FigureSpec]]
+FigureBuilder = Callable[[ReadView, list[str]], list["FigureSpec"]]
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,13 @@ left out of the quantiles, the CDF, the slope and the shift windows.
 
 from __future__ import annotations
 
-from analyses import figures as F
+from typing import TYPE_CHECKING
+
 from analyses.views.group import ReadView, View, ViewGroup
 from analyses.views.sql import QUANTILE_DEFINITION, disc_quantiles, in_partial_step, ratio
+
+if TYPE_CHECKING:
+    from analyses.figures import FigureSpec
 
 # Relative change of the median response length that counts as a shift (see length_drift).
 SHIFT_MIN_RATIO = 1.25
@@ -147,7 +151,9 @@ FROM per_step p LEFT JOIN full_steps f USING (run_id, step)
     "+-2 steps (both windows full).",
 )
 
-def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+def _figures(read: ReadView, runs: list[str]) -> list[FigureSpec]:
+    from analyses import figures as F  # plotly: only when a report draws
+
     cdf, q = read("length_cdf"), read("length_quantiles")
     return [F.FigureSpec("lengths__cdf_response", F.length_cdf_figure(cdf, q, "response"), True),
             F.FigureSpec("lengths__cdf_prompt", F.length_cdf_figure(cdf, q, "prompt")),

@@ -11,9 +11,13 @@ the means, quantiles, shares and pmfs: the trajectories that finish first are th
 
 from __future__ import annotations
 
-from analyses import figures as F
+from typing import TYPE_CHECKING
+
 from analyses.views.group import ReadView, View, ViewGroup
 from analyses.views.sql import in_partial_step, ratio, training_rows
+
+if TYPE_CHECKING:
+    from analyses.figures import FigureSpec
 
 # turns and tool calls of validation samples are not part of the training workload
 _turns = training_rows("turns")
@@ -108,7 +112,9 @@ FROM {_full_turns} GROUP BY run_id, turn
     "engine latency mean/p50/p90/p99 (s).",
 )
 
-def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+def _figures(read: ReadView, runs: list[str]) -> list[FigureSpec]:
+    from analyses import figures as F  # plotly: only when a report draws
+
     return [F.FigureSpec("multiturn__pmf", F.multiturn_pmf_figure(read("multiturn_pmf")), True),
             F.FigureSpec("multiturn__by_turn", F.multiturn_by_turn_figure(read("multiturn_by_turn")))]
 

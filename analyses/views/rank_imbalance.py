@@ -7,9 +7,13 @@ and idle_share = 1 - mean/max, the share of the units' capacity spent waiting fo
 
 from __future__ import annotations
 
-from analyses import figures as F
+from typing import TYPE_CHECKING
+
 from analyses.views.group import ReadView, View, ViewGroup
 from analyses.views.sql import ratio
+
+if TYPE_CHECKING:
+    from analyses.figures import FigureSpec
 
 RANK_IMBALANCE = View(
     "rank_imbalance",
@@ -82,7 +86,9 @@ FROM all_rows
     "= idle share of decode slots).",
 )
 
-def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+def _figures(read: ReadView, runs: list[str]) -> list[FigureSpec]:
+    from analyses import figures as F  # plotly: only when a report draws
+
     return F.per_run(read("rank_imbalance"), runs, "rank_imbalance__per_step", F.imbalance_figure, True)
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from analyses import figures as F
+from typing import TYPE_CHECKING
+
 from analyses.views.group import ReadView, View, ViewGroup
 from analyses.views.sql import ratio
+
+if TYPE_CHECKING:
+    from analyses.figures import FigureSpec
 
 # Stage groups of verl's timing keys. adv (advantage computation) is CPU-side and cheap; it is
 # counted in `other` with whatever the step time does not explain.
@@ -38,7 +42,9 @@ FROM d
 )
 
 
-def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+def _figures(read: ReadView, runs: list[str]) -> list[FigureSpec]:
+    from analyses import figures as F  # plotly: only when a report draws
+
     return F.per_run(read("stage_breakdown"), runs, "stage_breakdown__shares", F.stage_share_figure, True)
 
 

@@ -10,9 +10,13 @@ from there on, and fences over both would flag every healthy step as an outlier 
 
 from __future__ import annotations
 
-from analyses import figures as F
+from typing import TYPE_CHECKING
+
 from analyses.views.group import ReadView, View, ViewGroup
 from analyses.views.sql import ratio
+
+if TYPE_CHECKING:
+    from analyses.figures import FigureSpec
 
 STEP_SERIES_METRICS = ("throughput_tokens_per_s", "step_time_s", "gen_time_s")
 TUKEY_K = 1.5
@@ -60,7 +64,9 @@ FROM step_series GROUP BY run_id, metric
 )
 
 
-def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+def _figures(read: ReadView, runs: list[str]) -> list[FigureSpec]:
+    from analyses import figures as F  # plotly: only when a report draws
+
     s = read("step_series")
     return [F.FigureSpec(f"step_variance__{m}", F.step_series_figure(s, m), m == "throughput_tokens_per_s")
             for m in STEP_SERIES_METRICS]

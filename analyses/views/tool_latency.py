@@ -5,10 +5,14 @@ Calls of validation samples (their ``samples`` row has ``validate``) are left ou
 
 from __future__ import annotations
 
-from analyses import figures as F
+from typing import TYPE_CHECKING
+
 from analyses.schema import TOOL_OK_STATUSES
 from analyses.views.group import ReadView, View, ViewGroup
 from analyses.views.sql import QUANTILE_DEFINITION, disc_quantiles, ratio, training_rows
+
+if TYPE_CHECKING:
+    from analyses.figures import FigureSpec
 
 _ok = ", ".join(f"'{s}'" for s in TOOL_OK_STATUSES)
 _failed = f"status IS NOT NULL AND lower(status) NOT IN ({_ok})"
@@ -60,7 +64,9 @@ WINDOW w AS (PARTITION BY run_id, tool_name ORDER BY value ROWS BETWEEN UNBOUNDE
     "Exact empirical CDF of tool-call latency: one row per run x tool x distinct latency, cdf, ccdf (share > value) and share_ge (share >= value).",
 )
 
-def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+def _figures(read: ReadView, runs: list[str]) -> list[FigureSpec]:
+    from analyses import figures as F  # plotly: only when a report draws
+
     return [F.FigureSpec("tool_latency__ccdf", F.tool_latency_figure(read("tool_latency_cdf"), read("tool_latency")), True),
             F.FigureSpec("tool_latency__by_turn", F.tool_latency_by_turn_figure(read("tool_latency_by_turn")))]
 

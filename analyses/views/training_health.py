@@ -35,14 +35,18 @@ the median step's training samples) are shown in ``training_health`` and left ou
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import plotly.graph_objects as go
 import polars as pl
 
-from analyses import figures as F
 from analyses.run_facts import IDLE_UTIL_PCT, PARTIAL_STEP_SHARE, UTIL_METRIC
 from analyses.steps import HEALTH_KINDS, canonical_info
 from analyses.views.group import ReadView, View, ViewGroup
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from analyses.figures import FigureSpec
 
 
 @dataclass(frozen=True)
@@ -311,7 +315,9 @@ PANEL = (("response_length_mean", "response length (mean)"), ("clip_ratio", "cli
          ("entropy", "entropy"), ("kl", "KL"))
 
 
-def _figures(read: ReadView, runs: list[str]) -> list[F.FigureSpec]:
+def _figures(read: ReadView, runs: list[str]) -> list[FigureSpec]:
+    from analyses import figures as F  # plotly: only when a report draws
+
     health, alerts = read("training_health"), read("health_alerts")
 
     def build(frame: pl.DataFrame, run: str) -> go.Figure:

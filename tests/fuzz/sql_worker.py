@@ -3,10 +3,10 @@ SQL inputs (:mod:`tests.fuzz.statements`) through ``polytrace query``'s own code
 process forked for the batch:
 
 - the child opens the query connection exactly as the command does
-  (:func:`analyses.cli.query.sandbox_connection`: its own scratch directory, a reader lease,
+  (:func:`analyses.cli.query_run.sandbox_connection`: its own scratch directory, a reader lease,
   Landlock where the job says so -- the other batches test the sandbox without the kernel's
   help -- and ``catalog.connect(..., sandbox=True)`` with the fuzz's memory limit) and gives each
-  input to the command's :func:`analyses.cli.query.execute`, whose refusals and failures become
+  input to the command's :func:`analyses.cli.query_run.execute`, whose refusals and failures become
   the one line the command prints (exit 2);
 - after each input it compares every file under the fuzz root with the snapshot before it
   (writes), looks for the canary tokens in what the command printed (reads), and records any
@@ -50,7 +50,8 @@ def outcome(code: int | None, err: str) -> str:
 
 def _child(job: dict, env_path: Path, out: int) -> None:
     from analyses.cli.common import UsageError
-    from analyses.cli.query import ENV_LANDLOCK, execute, sandbox_connection
+    from analyses.cli.query import ENV_LANDLOCK
+    from analyses.cli.query_run import execute, sandbox_connection
     from analyses.duckdb_limits import resource_limits
     from tests.fuzz.statements import Env, changes, leaks, make_input, snapshot
 
@@ -159,7 +160,7 @@ def main() -> None:
     _proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # a library that prints must not corrupt the protocol on stdout
     env_path = Path(sys.argv[1])
-    import analyses.cli.query  # noqa: F401 - imported once here, before the children fork
+    import analyses.cli.query_run  # noqa: F401 - imported once here, before the children fork
     import tests.fuzz.statements  # noqa: F401
 
     for line in sys.stdin:

@@ -1,0 +1,86 @@
+"""Each ``polytrace`` command imports only what it uses (issue 29, target 1): in a fresh process,
+``--version`` and ``--help`` load neither DuckDB, Polars nor pyarrow, and ``query`` and ``runs``
+neither scipy, plotly, dagster, the fits nor the export formats."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyses.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+LOGS = REPO / "sample_logs"
+
+# runs the command as `polytrace` does (argv from the command line, its own process: `query`
+# lands itself in Landlock), then prints the modules it loaded as the last line of stdout
+PROBE = """
+import json, sys
+from analyses.cli import main
+sys.argv = ["polytrace", *sys.argv[1:]]
+try:
+    code = main()
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+HEAVY = ("scipy", "plotly", "dagster", "analyses.fit", "analyses.export", "analyses.report", "analyses.figures",
+         "analyses.ingest", "analyses.readers", "sklearn", "rich")
+DATA = ("duckdb", "polars", "pyarrow", "numpy")
+
+
+def _loaded(*args: str) -> tuple[str, set[str]]:
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+    *printed, last = out.stdout.splitlines()
+    res = json.loads(last)
+    assert res["code"] in (0, None), out.stderr
+    return "\n".join(printed), set(res["modules"])
+
+
+def _under(mods: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in mods if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+@pytest.fixture(scope="module")
+def demo_wh(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wh = tmp_path_factory.mktemp("imports") / "wh"
+    assert main(["ingest", str(LOGS / "verl-gsm8k-ppo-v0.1"), str(LOGS / "polytrace-math-dapo"), "--warehouse", str(wh),
+                 "-q"]) == 0
+    return wh
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"]])
+def test_version_and_help_load_no_data_library(args: list[str]) -> None:
+    printed, mods = _loaded(*args)
+    assert printed.startswith("polytrace " if args == ["--version"] else "usage: polytrace")
+    assert "analyses.cli.query" in mods  # every command is listed: the probe sees what was imported
+    assert _under(mods, HEAVY + DATA) == []
+
+
+def test_query_loads_duckdb_and_the_catalog_only(demo_wh: Path) -> None:
+    printed, mods = _loaded("query", "SELECT 41 + 1 AS answer", "--warehouse", str(demo_wh))
+    assert "42" in printed
+    assert {"duckdb", "polars", "analyses.catalog", "analyses.sandbox"} <= mods
+    assert _under(mods, HEAVY) == []
+
+
+def test_runs_loads_no_fit_report_or_reader(demo_wh: Path) -> None:
+    printed, mods = _loaded("runs", "--warehouse", str(demo_wh))
+    assert printed.splitlines()[0].startswith("polytrace-math-dapo: task=math")
+    assert {"duckdb", "analyses.catalog"} <= mods
+    # the rows come as plain values: no Arrow hand-over to Polars
+    assert _under(mods, (*HEAVY, "pyarrow")) == []
+
+
+def test_a_command_gets_its_own_arguments_only() -> None:
+    from analyses.cli import build_parser
+
+    sub = next(a for a in build_parser(["runs"])._actions if a.dest == "command")  # noqa: SLF001
+    assert {a.dest for a in sub.choices["runs"]._actions} >= {"warehouse"}  # noqa: SLF001
+    assert {a.dest for a in sub.choices["export"]._actions} == {"help"}  # noqa: SLF001

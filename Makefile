@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export POLARS_MAX_THREADS ?= 2
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install test demo ui bench lint clean lock fuzz conformance conformance-env
+.PHONY: install test demo ui bench bench-engine lint clean lock fuzz conformance conformance-env
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"Python 3.11 needed, found {sys.version}"'
@@ -40,11 +40,17 @@ ui: $(STAMP)
 	@mkdir -p $(DAGSTER_HOME)
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
-# every issue-14 target, side by side, best of 3, one PASS/MISS table (~8 min once its inputs are built,
-# ~4 more the first time; BENCH_ARGS=--quick ~3 min);
-# the single-topic harnesses (bench_verl_reader.py, bench_kineto_vs_hta.py, ...) run on their own
+# issue 29's targets as a user meets them: whole commands, each its own process, best of 5 (3 with
+# --quick), interleaved, one PASS/MISS table beside the load (~3-4 min; BENCH_ARGS=--large adds the
+# large verl log and v2 JSONL, --quick skips the demo); see benchmarks/README.md
 bench: $(STAMP)
-	$(PY) benchmarks/bench_all.py $(BENCH_ARGS)
+	$(PY) benchmarks/user_commands.py $(BENCH_ARGS)
+
+# every issue-14 engine target (in-process ratios), side by side, best of 3 (~8 min once its inputs
+# are built, ~4 more the first time; BENCH_ENGINE_ARGS=--quick ~3 min); the single-topic harnesses
+# (bench_verl_reader.py, bench_kineto_vs_hta.py, ...) run on their own
+bench-engine: $(STAMP)
+	$(PY) benchmarks/bench_all.py $(BENCH_ENGINE_ARGS)
 
 # ruff's linter only: the code is not laid out by `ruff format` (174 files would change), so a
 # format check here only ever failed

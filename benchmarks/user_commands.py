@@ -1,0 +1,344 @@
+"""``make bench``: issue 29's targets, performance as a user sees it: every number is a whole
+command (interpreter start, imports, catalog, output), each in its own process, the best of
+``--repeat`` (>= 3), the alternatives of a target interleaved in one run; one table of PASS/MISS
+beside the machine's load average.
+
+Sections (``--only`` picks some):
+
+* ``startup`` (target 1): ``polytrace --version``, ``--help``, ``query "SELECT 1"`` and ``runs`` on the
+  demo warehouse (every run of ``sample_logs/`` ingested, as ``make demo`` builds it).
+* ``small`` (target 3): ``polytrace ingest`` of 315 real-size PolyTrace packed step files (the real
+  verl-video steps, renumbered 1..315; the repo's ``sample_logs/polytrace-math-dapo`` steps when
+  the real logs are absent) into a fresh warehouse, against a plain ``json.loads`` loop over the
+  same files in its own process.
+* ``demo`` (target 6): ``python -m pipelines.demo`` (what ``make demo`` runs once installed) on a
+  fresh warehouse and Dagster instance: its wall time and its cross-run job as it prints it.
+* ``large`` (targets 2 and 5, only with ``--large``): a verl console log of ``--size-gb`` (the
+  real Qwen log repeated with renumbered steps) ingested whole vs DuckDB ``read_csv`` of the same
+  bytes as one VARCHAR column (2 threads), peak RSS of the ingest; ``--v2-gb`` of PolyTrace v2
+  JSONL (copies of the real Search-R1 step 0) ingested whole vs DuckDB ``read_json``. The issue's
+  sizes are 0.6 / 2.4 GB and 1 GB; the defaults here are smaller so that the run stays minutes.
+
+Run: ``.venv/bin/python benchmarks/user_commands.py`` (about 3-4 min on 2 cores),
+``--large`` adds the large inputs (a few more minutes; built once under ``--work``),
+``--quick`` fewer, smaller runs (repeat 3, no demo). Inputs go to ``--work`` (default
+/tmp/polytrace-bench), never into the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("POLARS_MAX_THREADS", "2")
+
+from bench_verl_reader import REAL_LOGS, build_log  # noqa: E402
+
+PY = sys.executable
+POLYTRACE = str(Path(PY).with_name("polytrace"))  # the installed command, as a user types it
+PACKED_REAL = REAL_LOGS / "polytrace/verl-video/profile/packed_length_log/20260609_033329"
+PACKED_SAMPLE = REPO / "sample_logs" / "polytrace-math-dapo"
+SMALL_FILES = 315
+_STEP = re.compile(rb'^\{"step": \d+,', re.M)
+DEMO_CROSS_RUN = re.compile(r"cross-run job ([0-9.]+)s")
+
+JSON_LOOP = """
+import json, sys
+from pathlib import Path
+n = 0
+for f in sorted(Path(sys.argv[1]).rglob("*.jsonl")):
+    with open(f, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                json.loads(line)
+                n += 1
+print(n)
+"""
+
+FLOOR_CSV = """
+import sys, duckdb
+con = duckdb.connect()
+con.execute("SET threads = 2")
+n, = con.execute(
+    "SELECT count(*) FROM read_csv(?, columns = {'line': 'VARCHAR'}, header = false, delim = '\\x01', quote = '',"
+    " escape = '', auto_detect = false, max_line_size = 100000000)", [sys.argv[1]]).fetchone()
+print(n)
+"""
+
+FLOOR_JSON = """
+import sys, duckdb
+con = duckdb.connect()
+con.execute("SET threads = 2")
+glob = sys.argv[1].replace("'", "''") + "/*.jsonl"
+n, = con.execute(f"SELECT count(*) FROM read_json('{glob}', format = 'newline_delimited')").fetchone()
+print(n)
+"""
+
+
+# ---------------------------------------------------------------------------- timing whole processes
+
+
+@dataclass
+class Run:
+    seconds: float
+    rss_mb: float
+    stdout: str
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None, before: Callable[[], None] | None = None) -> Run:
+    """``cmd`` as its own process: wall time from spawn to exit, its peak RSS (``wait4``)."""
+    if before is not None:
+        before()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=REPO, env={**os.environ, **(env or {})})
+        _, status, usage = os.wait4(proc.pid, 0)
+        secs = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        text = out.read().decode()
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{text[-2000:]}\n{err.read().decode()[-2000:]}")
+    return Run(secs, usage.ru_maxrss / 1024, text)
+
+
+def interleaved(cmds: dict[str, tuple[list[str], dict | None, Callable[[], None] | None]],
+                repeat: int) -> dict[str, list[Run]]:
+    """Every command once per round, ``repeat`` rounds, so that a change of load hits all alike."""
+    out: dict[str, list[Run]] = {k: [] for k in cmds}
+    for _ in range(repeat):
+        for k, (cmd, env, before) in cmds.items():
+            out[k].append(run(cmd, env, before))
+    return out
+
+
+def best(runs: list[Run]) -> float:
+    return min(r.seconds for r in runs)
+
+
+def shown(runs: list[Run]) -> str:
+    return "[" + ", ".join(f"{r.seconds:.3f}" for r in runs) + "]"
+
+
+def load() -> str:
+    return "{:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+
+
+@dataclass
+class Result:
+    target: str
+    what: str
+    value: float
+    bound: float
+    unit: str
+    higher_is_better: bool
+    load: str
+
+    @property
+    def verdict(self) -> str:
+        ok = self.value >= self.bound if self.higher_is_better else self.value <= self.bound
+        return "PASS" if ok else "MISS"
+
+    def row(self) -> str:
+        op = ">=" if self.higher_is_better else "<="
+        return (f"| {self.target} | {self.what} | {self.value:.3g} {self.unit} | {op} {self.bound:g} {self.unit} | "
+                f"{self.verdict} | {self.load} |")
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def fresh(path: Path) -> Callable[[], None]:
+    def clear() -> None:
+        shutil.rmtree(path, ignore_errors=True)
+    return clear
+
+
+def demo_warehouse(work: Path) -> Path:
+    """Every run of ``sample_logs/`` ingested (the warehouse ``make demo`` builds), once."""
+    wh = work / "startup_wh"
+    if not (wh / "manifests").exists():
+        subprocess.run([POLYTRACE, "ingest", "--root", str(REPO / "sample_logs"), "--warehouse", str(wh), "-q"],
+                       check=True, cwd=REPO)
+    return wh
+
+
+def packed_steps(work: Path, n: int = SMALL_FILES) -> tuple[Path, str]:
+    """``n`` PolyTrace packed step files ``packed_lengths_step_<i>.jsonl`` (i = 1..n), each a real
+    step file (cycling through the source's) with its records renumbered to step i."""
+    src_dir = PACKED_REAL if PACKED_REAL.is_dir() else PACKED_SAMPLE
+    srcs = sorted(src_dir.glob("packed_lengths_step_*.jsonl"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+    if not srcs:
+        raise SystemExit(f"no packed_lengths_step_*.jsonl in {src_dir}")
+    run_dir = work / f"packed_{n}"
+    d = run_dir / "packed_length_log" / "bench"
+    if len(list(d.glob("*.jsonl"))) != n:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        d.mkdir(parents=True)
+        for i in range(1, n + 1):
+            data = srcs[(i - 1) % len(srcs)].read_bytes()
+            (d / f"packed_lengths_step_{i}.jsonl").write_bytes(_STEP.sub(b'{"step": %d,' % i, data))
+    size = sum(f.stat().st_size for f in d.glob("*.jsonl"))
+    return run_dir, f"{n} files, {size / 1e6:.1f} MB, from {src_dir.relative_to(src_dir.parents[3])}"
+
+
+# ---------------------------------------------------------------------------- sections
+
+
+def section_startup(work: Path, repeat: int, results: list[Result]) -> None:
+    wh = demo_warehouse(work)
+    cmds = {
+        "--version": ([POLYTRACE, "--version"], None, None),
+        "--help": ([POLYTRACE, "--help"], None, None),
+        'query "SELECT 1"': ([POLYTRACE, "query", "SELECT 1", "--warehouse", str(wh)], None, None),
+        "runs": ([POLYTRACE, "runs", "--warehouse", str(wh)], None, None),
+        "(python -c pass)": ([PY, "-c", "pass"], None, None),
+    }
+    got = interleaved(cmds, repeat)
+    for k, runs in got.items():
+        print(f"  {k}: best {best(runs):.3f} s {shown(runs)}", flush=True)
+    lo = load()
+    for k, bound in (("--version", 0.2), ("--help", 0.2), ('query "SELECT 1"', 0.5), ("runs", 0.5)):
+        results.append(Result("1", f"polytrace {k}", best(got[k]), bound, "s", False, lo))
+
+
+def section_small(work: Path, repeat: int, results: list[Result]) -> None:
+    run_dir, desc = packed_steps(work)
+    wh = work / "small_wh"
+    cmds = {
+        "json.loads loop": ([PY, "-c", JSON_LOOP, str(run_dir)], None, None),
+        "polytrace ingest": ([POLYTRACE, "ingest", str(run_dir), "--warehouse", str(wh), "-q"], None, fresh(wh)),
+    }
+    got = interleaved(cmds, repeat)
+    for k, runs in got.items():
+        print(f"  {k}: best {best(runs):.3f} s {shown(runs)}", flush=True)
+    ratio = best(got["polytrace ingest"]) / best(got["json.loads loop"])
+    print(f"  ({desc}; ingest / loop = {ratio:.1f}x)", flush=True)
+    results.append(Result("3", f"ingest of {SMALL_FILES} packed step files / json.loads loop", ratio, 4, "x", False,
+                          load()))
+    shutil.rmtree(wh, ignore_errors=True)
+
+
+def section_demo(work: Path, repeat: int, results: list[Result]) -> None:
+    root = work / "demo"
+    walls, cross = [], []
+    for _ in range(repeat):
+        shutil.rmtree(root, ignore_errors=True)
+        (root / "dagster_home").mkdir(parents=True)
+        r = run([PY, "-m", "pipelines.demo", "--warehouse", str(root / "warehouse"), "--logs-root",
+                 str(REPO / "sample_logs")], env={"DAGSTER_HOME": str(root / "dagster_home")})
+        m = DEMO_CROSS_RUN.search(r.stdout)
+        if m is None:
+            raise SystemExit(f"the demo printed no cross-run time:\n{r.stdout[-2000:]}")
+        walls.append(r.seconds)
+        cross.append(float(m.group(1)))
+        print(f"  demo: {r.seconds:.1f} s wall, cross-run job {cross[-1]:.1f} s", flush=True)
+    lo = load()
+    results.append(Result("6", "make demo (python -m pipelines.demo, fresh warehouse and instance)", min(walls), 20,
+                          "s", False, lo))
+    results.append(Result("6", "the demo's cross-run Dagster job", min(cross), 8, "s", False, lo))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _v2_dir(work: Path, gb: float) -> Path:
+    from bench_all import build_v2
+
+    big, _small = build_v2(work, gb)
+    return big
+
+
+def section_large(work: Path, size_gb: float, v2_gb: float, repeat: int, results: list[Result]) -> None:
+    log = build_log(size_gb, out_dir=work)
+    wh = work / "large_wh"
+    cmds = {
+        "DuckDB read_csv floor": ([PY, "-c", FLOOR_CSV, str(log)], None, None),
+        "polytrace ingest": ([POLYTRACE, "ingest", str(log), "--run-id", "bench", "--warehouse", str(wh), "-q"], None,
+                             fresh(wh)),
+    }
+    got = interleaved(cmds, repeat)
+    for k, runs in got.items():
+        print(f"  verl {log.stat().st_size / 1e6:,.0f} MB {k}: best {best(runs):.2f} s {shown(runs)}, "
+              f"peak RSS {max(r.rss_mb for r in runs):,.0f} MB", flush=True)
+    lo = load()
+    mb = log.stat().st_size / 1e6
+    results.append(Result("2", f"verl log {mb:,.0f} MB: whole ingest speed / DuckDB line-read floor",
+                          best(got["DuckDB read_csv floor"]) / best(got["polytrace ingest"]), 0.15, "x", True, lo))
+    results.append(Result("2", f"verl log {mb:,.0f} MB: peak RSS of the whole ingest",
+                          max(r.rss_mb for r in got["polytrace ingest"]), 1024, "MB", False, lo))
+    v2 = _v2_dir(work, v2_gb)
+    cmds = {
+        "DuckDB read_json": ([PY, "-c", FLOOR_JSON, str(v2)], None, None),
+        "polytrace ingest": ([POLYTRACE, "ingest", str(v2), "--run-id", "bench", "--warehouse", str(wh), "-q"], None,
+                             fresh(wh)),
+    }
+    got = interleaved(cmds, repeat)
+    size = sum(f.stat().st_size for f in v2.glob("*.jsonl")) / 1e6
+    for k, runs in got.items():
+        print(f"  v2 {size:,.0f} MB {k}: best {best(runs):.2f} s {shown(runs)}", flush=True)
+    results.append(Result("5", f"v2 JSONL {size:,.0f} MB: whole ingest speed / DuckDB read_json",
+                          best(got["DuckDB read_json"]) / best(got["polytrace ingest"]), 0.3, "x", True, load()))
+    shutil.rmtree(wh, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="startup,small,demo,large", help="sections (default: all; large needs --large)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs of each command, best taken (>= 3; default 5)")
+    ap.add_argument("--quick", action="store_true", help="3 runs each, no demo")
+    ap.add_argument("--large", action="store_true", help="also the large inputs (targets 2 and 5)")
+    ap.add_argument("--size-gb", type=float, default=0.3, help="verl console log size for --large (issue: 0.6)")
+    ap.add_argument("--v2-gb", type=float, default=0.25, help="v2 JSONL size for --large (issue: 1.0)")
+    ap.add_argument("--work", type=Path, default=Path(os.environ.get("POLYTRACE_BENCH_WORK", "/tmp/polytrace-bench")))
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.repeat = 3
+    if a.repeat < 3:
+        ap.error("--repeat must be >= 3")
+    only = set(a.only.split(","))
+    if a.quick:
+        only.discard("demo")
+    if not a.large:
+        only.discard("large")
+    a.work.mkdir(parents=True, exist_ok=True)
+    if not Path(POLYTRACE).exists():
+        raise SystemExit(f"{POLYTRACE}: not installed (make install)")
+    t0 = time.perf_counter()
+    print(f"machine: {os.cpu_count()} CPUs, load average {load()}; best of {a.repeat}, whole processes, interleaved",
+          flush=True)
+    results: list[Result] = []
+    sections = (("startup", lambda: section_startup(a.work, a.repeat, results)),
+                ("small", lambda: section_small(a.work, a.repeat, results)),
+                ("large", lambda: section_large(a.work, a.size_gb, a.v2_gb, min(a.repeat, 3), results)),
+                ("demo", lambda: section_demo(a.work, min(a.repeat, 3), results)))
+    for name, fn in sections:
+        if name in only:
+            print(f"== {name} (load {load()})", flush=True)
+            fn()
+    print()
+    print("| target | command | measured | bound | verdict | load (1/5/15 min) |")
+    print("|---|---|---:|---:|---|---|")
+    for r in results:
+        print(r.row())
+    print(f"\n{sum(r.verdict == 'PASS' for r in results)} of {len(results)} pass; {time.perf_counter() - t0:.0f} s "
+          f"in all; load average at the end {load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -159,8 +159,13 @@ def refresh_catalog(
             try:
                 # relative paths resolve against the warehouse while the views are created
                 con.execute("SET file_search_path = $1", [str(root.resolve())])
+                # one transaction: a commit per statement wrote (and synced) the file's log hundreds
+                # of times, most of a small ingest's time; other readers of the file still see the
+                # old views or all of the new ones
+                con.execute("BEGIN TRANSACTION")
                 for stmt in all_ddl(root, views, relative=True, comments=True)[0]:
                     con.execute(stmt)
+                con.execute("COMMIT")
             finally:
                 con.close()
             return path

@@ -26,7 +26,6 @@ import polars as pl
 
 from analyses import catalog
 from analyses.atomic_output import write_text
-from analyses.views import all_views, group, headline_frame, view_frame
 from analyses.warehouse import DEFAULT_LOCK_WAIT_S, ENV_WAREHOUSE, default_root, reader_lease, run_ids
 
 # Each method imports the module it delegates to: a command pays for what it uses (`polytrace runs`
@@ -202,10 +201,14 @@ class PolyTrace:
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with every table and view by name."""
+        from analyses.views import all_views
+
         return catalog.connect(self._sync(), all_views())
 
     def refresh_catalog(self) -> Path:
         """Rewrite ``polytrace.duckdb`` (views only) so any DuckDB client sees every run."""
+        from analyses.views import all_views
+
         return catalog.refresh_catalog(self._sync(), all_views())
 
     @property
@@ -292,6 +295,7 @@ class PolyTrace:
         """Run read-only SQL in DuckDB's sandbox (see :mod:`analyses.sandbox`): every statement
         with its result, or :class:`~analyses.sandbox.QueryRefused` before anything runs."""
         from analyses.sandbox import run_queries
+        from analyses.views import all_views
 
         con = catalog.connect(self._sync(), all_views(), sandbox=True)
         try:
@@ -317,14 +321,19 @@ class PolyTrace:
         return deliver(alerts, notify_urls() if urls is None else urls, state_path(self._sync()))
 
     def view(self, name: str, runs: Iterable[str] | None = None) -> pl.DataFrame:
+        from analyses.views import view_frame
+
         return view_frame(self.connect(), name, runs)
 
     def headline(self, group_name: str, runs: Iterable[str] | None = None) -> pl.DataFrame:
+        from analyses.views import headline_frame
+
         return headline_frame(self.connect(), group_name, runs)
 
     def section(self, group_name: str, runs: Sequence[str] | None = None) -> Section:
         """A view group's headline table and figures, as the report and the Dagster asset show them."""
         from analyses.report import group_section
+        from analyses.views import group
 
         con = self.connect()
         try:

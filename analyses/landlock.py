@@ -27,6 +27,10 @@ import ctypes
 import os
 from pathlib import Path
 
+# how `polytrace query` confines itself: auto (default) where the kernel has Landlock; require:
+# refuse to run without it; off
+ENV_LANDLOCK = "POLYTRACE_LANDLOCK"
+
 # syscall numbers: the same on every architecture that has them (x86_64, aarch64, riscv64, ...)
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1

@@ -17,11 +17,10 @@ import sys
 
 from analyses.cli.common import Command, UsageError, add_warehouse, warehouse
 from analyses.duckdb_limits import ENV_MEMORY, ENV_TEMP
+from analyses.landlock import ENV_LANDLOCK
 
 DEFAULT_TIMEOUT_S = 300.0
 ENV_TIMEOUT = "POLYTRACE_QUERY_TIMEOUT"
-# auto (default): confine where the kernel has Landlock; require: refuse to run without it; off
-ENV_LANDLOCK = "POLYTRACE_LANDLOCK"
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

@@ -20,8 +20,8 @@ import polars as pl
 
 from analyses import catalog, landlock
 from analyses.cli.common import EXIT_OK, UsageError
-from analyses.cli.query import ENV_LANDLOCK
 from analyses.duckdb_limits import ENV_MEMORY, ENV_TEMP, ResourceLimits, human_bytes, new_scratch_path
+from analyses.landlock import ENV_LANDLOCK
 from analyses.sandbox import QueryRefused, one_line, query_statements, result_frames, statement_text
 from analyses.views import all_views
 from analyses.warehouse import reader_lease

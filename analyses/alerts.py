@@ -137,6 +137,12 @@ def _apprise(urls: list[str]) -> Any:
     return ap
 
 
+def check_urls(urls: list[str]) -> None:
+    """Raise :class:`NotifyConfigError` when Apprise does not know one of ``urls`` (say it at start,
+    not at the first alert)."""
+    _apprise(urls)
+
+
 def _send(ap: Any, alert: Alert) -> str | None:
     """Send one alert; None when every URL took it, else Apprise's reason on one line."""
     with _quiet_apprise() as apprise, apprise.LogCapture(level=apprise.logging.WARNING) as log:

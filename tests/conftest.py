@@ -4,10 +4,12 @@ directory fails the test instead of skipping it, so CI never passes on nothing."
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _ci import skip_or_fail
+from _notify_util import Receiver
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_LOGS = Path(os.environ.get("POLYTRACE_REAL_LOGS", REPO.parent / "shared" / "real_logs"))
@@ -39,3 +41,15 @@ def real_file(real_logs: Path):
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Path:
     return tmp_path / "warehouse"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A local HTTP endpoint on 127.0.0.1 taking Apprise ``json://`` notifications (tests/_notify_util.py)."""
+    r = Receiver()
+    r.thread.start()
+    try:
+        yield r
+    finally:
+        r.server.shutdown()
+        r.server.server_close()

@@ -4,14 +4,12 @@ alert kinds are asset checks of the run's partition with their severity."""
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import polars as pl
 import pytest
+from _notify_util import Receiver
 from _views_util import stage_run
 from _warehouse_util import free_port
 
@@ -19,43 +17,6 @@ from analyses.alerts import Alert, alerts_from_frame, deliver, notify_urls, stat
 from analyses.api import PolyTrace
 from analyses.cli import main
 from analyses.views.training_health import ALERT_RULES
-
-
-class Receiver:
-    """An HTTP endpoint that keeps every JSON body posted to it (Apprise's ``json://`` target)."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                outer.messages.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"json://127.0.0.1:{self.port}/"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    r.thread.start()
-    try:
-        yield r
-    finally:
-        r.server.shutdown()
-        r.server.server_close()
 
 
 def _metrics(series: dict[str, list[float]]) -> pl.DataFrame:

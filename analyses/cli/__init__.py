@@ -13,7 +13,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from analyses.cli import alerts, compare, export, fidelity, fit, ingest, query, report, runs, trace_diff
+from analyses.cli import (
+    alerts,
+    compare,
+    export,
+    fidelity,
+    fit,
+    ingest,
+    query,
+    report,
+    runs,
+    trace_diff,
+    watch,
+)
 from analyses.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Command, UsageError
 
 COMMANDS: tuple[Command, ...] = (
@@ -28,6 +40,7 @@ COMMANDS: tuple[Command, ...] = (
     fidelity.COMMAND,
     alerts.COMMAND,
     trace_diff.COMMAND,
+    watch.COMMAND,
 )
 
 

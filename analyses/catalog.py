@@ -56,7 +56,7 @@ def base_table_ddl(root: Path, relative: bool = False) -> tuple[list[str], list[
     base = root.resolve()
     out, files = [], []
     for name, t in TABLES.items():
-        parts = [pub[r].tables[name] for r in sorted(pub) if name in pub[r].tables]
+        parts = [f for r in sorted(pub) for f in pub[r].tables.get(name, [])]
         files.extend(str(base / f.path) for f in parts)
         rels = [f.path for f in view_files(parts)]
         cols = ", ".join(f'"{c}"' for c in t.columns)

@@ -7,37 +7,39 @@ runs still land. Nothing in an input file is ever executed or ``eval``-ed.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import time
-import traceback
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
 from analyses.alignment import derive_step_windows
-from analyses.atomic_output import WriteFailed, writing
+from analyses.append_ingest import AppendFallback, append_run
+from analyses.atomic_output import writing
 from analyses.catalog import refresh_catalog
-from analyses.config_dump import config_entries
-from analyses.manifest import MANIFEST_NAME, RunManifest, load_manifest, run_id_from_name, validate_run_id
-from analyses.readers import detect, read_file, reader_by_name
-from analyses.readers.base import FileContext, UnreadableFile, read_head
-from analyses.readers.lines import looks_binary
+from analyses.ingest_files import (  # noqa: F401 - FileReport, RunFiles, ... are imported from here too
+    FileReport,
+    ProgressFn,
+    RunFiles,
+    RunReport,
+    append_info,
+    content_fingerprint,
+    discover_files,
+    finish_run_tables,
+    infer_facts,
+    ingest_file,
+    needs_truncation,
+)
+from analyses.manifest import RunManifest, load_manifest, run_id_from_name, validate_run_id
+from analyses.readers import reader_by_name
 from analyses.run_facts import (
-    CONFIG_HEAD_BYTES,
     ConfigFacts,
     RunFacts,
-    config_dump_file_facts,
-    framework_of,
-    infer_run_facts,
     with_truncation,
 )
-from analyses.schema import RUN_CONFIG, RUNS, SOURCE_FILES, STEP_METRICS
+from analyses.schema import STEP_METRICS
 from analyses.steps import StepsAccumulator, derive_steps
 from analyses.table_checks import blocking_problems
 from analyses.warehouse import (
@@ -48,164 +50,6 @@ from analyses.warehouse import (
     read_published,
     run_lock,
 )
-
-BINARY_SNIFF = 8192
-
-
-@dataclass
-class FileReport:
-    path: str
-    format: str
-    bytes: int
-    lines: int = 0
-    rows_ok: int = 0
-    rows_rejected: int = 0
-    rows_skipped: int = 0
-    rows_out: int = 0
-    rows_superseded: int = 0  # step metrics also carried by a later line or a better file of the run (kept once)
-    rows_repeated: int = 0  # of those, the ones a later line of this same file logged again
-    status: str = "ok"
-    error: str | None = None
-    sha256: str = ""
-    seconds: float = 0.0
-
-    def line(self) -> str:
-        """The file's format and line accounting on one line."""
-        err = f"  [{self.status}: {self.error}]" if self.error else (f"  [{self.status}]" if self.status != "ok" else "")
-        return (f"{self.path}: {self.format}  lines={self.lines} parsed={self.rows_ok} rejected={self.rows_rejected} "
-                f"skipped={self.rows_skipped} rows={self.rows_out}"
-                + (f" superseded={self.rows_superseded}" if self.rows_superseded else "")
-                + (f" (repeated in this file: {self.rows_repeated})" if self.rows_repeated else "") + err)
-
-
-@dataclass
-class RunReport:
-    run_id: str
-    source: str
-    files: list[FileReport] = field(default_factory=list)
-    table_rows: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def rows_rejected(self) -> int:
-        return sum(f.rows_rejected for f in self.files)
-
-    @property
-    def has_data(self) -> bool:
-        """Whether any file of the run gave a parsed line. A run of nothing (junk, binary files,
-        logs of no known format) still lands, so that its files say why, but is no success."""
-        return any(f.rows_ok for f in self.files)
-
-    def no_data_line(self) -> str:
-        """One line saying that the run has no data, and each file's reason."""
-        why = "; ".join(f"{f.path}: {f.status}" + (f" ({f.error})" if f.error else "") for f in self.files)
-        return (f"run {self.run_id}: no data: none of its {len(self.files)} file(s) gave a parsed line"
-                + (f" [{why}]" if why else ""))
-
-    def summary_lines(self) -> list[str]:
-        """What ``polytrace ingest`` prints and the Dagster run log shows: the run, then a line per file."""
-        tables = ", ".join(f"{k}={v}" for k, v in self.table_rows.items() if v)
-        return [f"run {self.run_id}: {len(self.files)} file(s); {tables or 'no rows'}", *(f"  {f.line()}" for f in self.files),
-                *(f"  warning: {w}" for w in self.warnings)]
-
-
-ProgressFn = Callable[[str, dict], None]
-
-
-@dataclass(frozen=True)
-class RunFiles:
-    """A run's input files, and the entries below it that are not read, with why."""
-
-    files: list[Path]
-    skipped: list[tuple[str, str]]  # (path relative to the run, reason)
-
-
-SKIP_HIDDEN_FILE = "hidden file (its name starts with '.'): not read"
-SKIP_HIDDEN_DIR = "hidden directory (its name starts with '.'): not read, nor anything below it ({n} file(s))"
-SKIP_MANIFEST = "the run's run.toml: read for the run's facts, not as a log"
-SKIP_TOKENIZER = "the run's tokenizer (run.toml tokenizer): read for token counts, not as a log"
-
-
-def discover_files(run_path: Path, manifest: RunManifest) -> RunFiles:
-    """Input files of a run: every regular file below it, and every other entry below it with the
-    reason it is not read, so that each file under a run directory is accounted for in
-    ``source_files``: the run's ``run.toml`` and tokenizer (read, but not as logs), hidden files and
-    directories (editor swap files, ``.git``: one entry per hidden directory), symlinks leaving the
-    run directory, dangling links and directory symlinks (not followed)."""
-    if run_path.is_file():
-        return RunFiles([run_path], [])
-    base = run_path.resolve()
-    tok = manifest.tokenizer_path()
-    tok = tok.resolve() if tok is not None else None
-    files: list[Path] = []
-    skipped: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in os.walk(run_path, followlinks=False):
-        here = Path(dirpath)
-        for d in sorted(dirnames):
-            rel = (here / d).relative_to(run_path).as_posix()
-            if (here / d).is_symlink():  # os.walk lists it but never descends: say so
-                skipped.append((rel, "directory symlink, not followed"))
-            elif d.startswith("."):
-                skipped.append((rel, SKIP_HIDDEN_DIR.format(n=_count_files(here / d))))
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink())
-        for name in sorted(filenames):
-            p = here / name
-            rel = p.relative_to(run_path).as_posix()
-            if rel == MANIFEST_NAME:
-                skipped.append((rel, SKIP_MANIFEST))
-                continue
-            if name.startswith("."):
-                skipped.append((rel, SKIP_HIDDEN_FILE))
-                continue
-            try:
-                real = p.resolve(strict=True)
-            except (OSError, RuntimeError):
-                skipped.append((rel, "dangling or looping symlink"))
-                continue
-            if not real.is_relative_to(base):
-                skipped.append((rel, f"symlink to {real}, outside the run directory: not read"))
-                continue
-            if not real.is_file():
-                skipped.append((rel, "not a regular file"))
-                continue
-            if tok is not None and real == tok:
-                skipped.append((rel, SKIP_TOKENIZER))
-                continue
-            files.append(p)
-    return RunFiles(sorted(files), sorted(skipped))
-
-
-def _count_files(d: Path) -> int:
-    n = 0
-    for _dirpath, _dirnames, filenames in os.walk(d, followlinks=False):
-        n += len(filenames)
-    return n
-
-
-HASH_IN_BACKGROUND_BYTES = 64 << 20
-_HASH_POOL: ThreadPoolExecutor | None = None
-
-
-def _hash_pool() -> ThreadPoolExecutor:
-    global _HASH_POOL
-    if _HASH_POOL is None:
-        _HASH_POOL = ThreadPoolExecutor(1, thread_name_prefix="sha256")
-    return _HASH_POOL
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _looks_binary(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        head = fh.read(BINARY_SNIFF)
-    return not head.startswith(b"\x1f\x8b") and looks_binary(head)
 
 
 def resolve_run_id(run_path: Path, manifest: RunManifest, run_id: str | None) -> str:
@@ -230,8 +74,14 @@ def ingest_run(
     source: str | None = None,
     replace: bool = False,
     previous: dict | None = None,
+    append: bool = True,
 ) -> RunReport:
     """Ingest ``run_path`` (a directory or one file) as one run into the warehouse at ``root``.
+
+    When the run is published already from the same source and its files only grew since
+    (``append``), only the appended lines are read and the new version reuses the previous one's
+    files (:mod:`analyses.append_ingest`; ``report.mode == "append"``); anything else is a full
+    ingest, and ``report.refresh_notes`` says why when the previous version could not be continued.
 
     The run is staged privately and published atomically (:meth:`RunStaging.commit`): readers
     see the previous version or the new one, whatever happens. A second writer of the same run
@@ -260,6 +110,11 @@ def ingest_run(
     with writing(root):
         clean_stale(root)
     with run_lock(root, rid, lock_wait_s, on_wait=lambda msg: emit("lock_wait", {"run_id": rid, "message": msg})):
+        if only is None and append and previous is None and _appended(run_path, root, rid, manifest, report, emit,
+                                                                      source or str(run_path)):
+            report.seconds = time.perf_counter() - t0
+            emit("run_done", {"run_id": rid, "seconds": report.seconds})
+            return report
         staging = RunStaging(root, rid)
         steps_acc = StepsAccumulator()
         try:
@@ -271,15 +126,16 @@ def ingest_run(
             run_files = frozenset(files)
             for idx, path in enumerate(files):
                 rel = path.name if run_path.is_file() else path.relative_to(run_path).as_posix()
-                report.files.append(_ingest_file(idx, path, rel, rid, manifest, staging, steps_acc, emit, run_files))
+                report.files.append(ingest_file(idx, path, rel, rid, manifest, staging, steps_acc, emit, run_files))
                 kill_point("read")
             report.files.extend(FileReport(path=rel, format="unknown", bytes=0, status="skipped", error=why)
                                 for rel, why in skipped)
             # from here on every read and write is the warehouse's own: a failure (a full disk) is
             # WriteFailed, never a bad input; nothing is published and the staging goes
             with writing(root):
-                _finish_run(staging, steps_acc, report, manifest, run_path)
-                info = {"source": source or str(run_path), "fingerprint": content_fingerprint(report.files)}
+                config, facts = _finish_run(staging, steps_acc, report, manifest, run_path)
+                info = {"source": source or str(run_path), "fingerprint": content_fingerprint(report.files),
+                        "append": append_info(report, config, facts) if only is None else None}
                 if not replace:
                     check_same_source(rid, info, _published_info(root, rid) if previous is None else previous,
                                       run_path)
@@ -291,6 +147,21 @@ def ingest_run(
     report.seconds = time.perf_counter() - t0
     emit("run_done", {"run_id": rid, "seconds": report.seconds})
     return report
+
+
+def _appended(run_path: Path, root: Path, rid: str, manifest: RunManifest, report: RunReport,
+              emit: ProgressFn, source: str) -> bool:
+    """Try the append-only refresh (holding the run lock); False (with the reason in the report,
+    when there was a version to continue) means: ingest in full."""
+    try:
+        append_run(run_path, root, rid, manifest, report, emit, lambda: _refresh(root, report), source)
+    except AppendFallback as exc:
+        if exc.note:
+            report.refresh_notes.append(exc.note)
+        report.files.clear()
+        report.table_rows.clear()
+        return False
+    return True
 
 
 class RunSourceConflict(Exception):
@@ -320,15 +191,6 @@ def _published_info(root: Path, run_id: str) -> dict | None:
     return pub.info if pub is not None else None
 
 
-def content_fingerprint(files: list[FileReport]) -> str:
-    """A digest of what a run's inputs are: each file's path and sha256. The same files give the
-    same fingerprint wherever they live, so unchanged runs can skip work keyed by it."""
-    h = hashlib.sha256()
-    for f in sorted(files, key=lambda f: f.path):
-        h.update(f"{f.path}\0{f.sha256}\0{f.status}\n".encode())
-    return h.hexdigest()
-
-
 def _refresh(root: Path, report: RunReport) -> None:
     """The catalog file follows the new version; failing that is reported, not fatal: queries
     through ``polytrace``/the facade never read the file."""
@@ -337,128 +199,6 @@ def _refresh(root: Path, report: RunReport) -> None:
     except (TimeoutError, OSError, duckdb.Error) as exc:
         report.warnings.append(f"catalog file not refreshed ({exc}); run `polytrace ingest` again or open the "
                                "warehouse through polytrace")
-
-
-def _ingest_file(
-    idx: int, path: Path, rel: str, run_id: str, manifest: RunManifest, staging: RunStaging,
-    steps_acc: StepsAccumulator, emit: ProgressFn, run_files: frozenset[Path] = frozenset(),
-) -> FileReport:
-    t0 = time.perf_counter()
-    fr = FileReport(path=rel, format="unknown", bytes=0)
-    emit("file_start", {"path": rel, "bytes": _size(path)})
-    prefix = f"f{idx:05d}"
-    # one guard for everything done with this file (stat, hash, sniff, read, stage): whatever
-    # goes wrong (a reader bug, RecursionError, MemoryError, a polars PanicException, which is a
-    # BaseException) fails this file alone; an interrupt or exit still stops the ingest
-    hashing: Future[str] | None = None
-    try:
-        fr.bytes = path.stat().st_size
-        if fr.bytes >= HASH_IN_BACKGROUND_BYTES:  # hashed on a thread while the file is read (hashlib frees the GIL)
-            hashing = _hash_pool().submit(_sha256, path)
-        else:
-            fr.sha256 = _sha256(path)
-        if fr.bytes == 0:
-            fr.status, fr.error = "empty", "file is empty"
-            return _done(fr, t0, emit)
-        head = read_head(path)
-        reader = detect(path, head)
-        if reader is None:
-            fr.status = "unsupported"
-            fr.error = "binary file that no reader recognizes" if _looks_binary(path) else "no reader recognizes this file"
-            fr.sha256 = hashing.result() if hashing is not None else fr.sha256
-            return _done(fr, t0, emit)
-        fr.format = reader.name
-        ctx = FileContext(run_id=run_id, path=path, rel_path=rel, manifest=manifest, run_files=run_files)
-        first_reason: str | None = None
-        for chunk in read_file(reader, ctx):
-            fr.lines += chunk.lines
-            fr.rows_ok += chunk.rows_ok
-            fr.rows_rejected += chunk.rows_rejected
-            fr.rows_skipped += chunk.rows_skipped
-            if chunk.step_attrs is not None:
-                steps_acc.add_attrs(chunk.step_attrs, rel)
-            sm = chunk.tables.get("step_metrics")
-            if sm is not None:
-                steps_acc.add(sm, rel)
-            for table, df in chunk.tables.items():
-                fr.rows_out += staging.append(table, df.with_columns(path=pl.lit(rel)) if _has_path(table) else df, prefix)
-            if chunk.rejects is not None and chunk.rejects.height:
-                staging.append("rejects", chunk.rejects.with_columns(path=pl.lit(rel)), prefix)
-                first_reason = first_reason or chunk.rejects["reason"][0]
-            emit("file_progress", {"path": rel, "lines": fr.lines, "rows": fr.rows_out})
-        staging.seal(prefix)
-        fr.sha256 = hashing.result() if hashing is not None else fr.sha256
-    except (KeyboardInterrupt, SystemExit, GeneratorExit, WriteFailed):
-        raise  # WriteFailed: the warehouse could not be written (a full disk), which is no fault of this file
-    except BaseException as exc:
-        staging.discard(prefix)
-        steps_acc.discard(rel)
-        # nothing of the file lands (its staged rows and rejects are discarded): its counts say so;
-        # `lines` keeps how far it was read
-        fr.status, fr.error, fr.rows_out = "error", _describe(exc), 0
-        fr.rows_ok = fr.rows_rejected = fr.rows_skipped = 0
-        if hashing is not None and not fr.sha256:
-            try:
-                fr.sha256 = hashing.result()
-            except OSError:
-                pass
-        return _done(fr, t0, emit)
-    if not fr.rows_ok:  # read to the end, but nothing in it was data: not a success
-        fr.status = "no_data"
-        fr.error = _no_data_reason(fr, first_reason)
-    else:
-        fr.status = "partial" if fr.rows_rejected else "ok"
-        if fr.rows_rejected:  # a partial file says why in source_files too, not only in rejects
-            fr.error = f"{fr.rows_rejected:,} line(s) rejected; first: {first_reason} (see rejects)"[:_ERROR_MAX_CHARS]
-    return _done(fr, t0, emit)
-
-
-def _no_data_reason(fr: FileReport, first_reason: str | None) -> str:
-    """Why a file read to its end gave no parsed line, for ``source_files.error``."""
-    if not fr.lines:
-        return f"read as {fr.format}, but it holds no line or record"
-    parts = []
-    if fr.rows_skipped:
-        parts.append(f"{fr.rows_skipped:,} skipped by the {fr.format} rules (not data lines)")
-    if fr.rows_rejected:
-        parts.append(f"{fr.rows_rejected:,} rejected (first: {first_reason}; see rejects)")
-    return f"read as {fr.format}: none of its {fr.lines:,} line(s) parsed: {', '.join(parts)}"[:_ERROR_MAX_CHARS]
-
-
-_ERROR_MAX_CHARS = 500
-_EXPECTED = (UnreadableFile, UnicodeDecodeError, EOFError, OSError, pl.exceptions.PolarsError)
-
-
-def _describe(exc: BaseException) -> str:
-    """One line for ``source_files.error``: the exception, and where it was raised when it is
-    not one of the expected input errors (a reader bug must be findable)."""
-    msg = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-    if not isinstance(exc, _EXPECTED):
-        frames = traceback.extract_tb(exc.__traceback__)
-        if frames:
-            f = frames[-1]
-            msg += f" | {Path(f.filename).name}:{f.lineno} in {f.name}"
-    return msg if len(msg) <= _ERROR_MAX_CHARS else msg[: _ERROR_MAX_CHARS - 3] + "..."
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-_PATH_TABLES = {"step_metrics", "samples", "filter_batches"}
-
-
-def _has_path(table: str) -> bool:
-    return table in _PATH_TABLES
-
-
-def _done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:
-    fr.seconds = time.perf_counter() - t0
-    emit("file_done", {"report": fr})
-    return fr
 
 
 # the dedupe's DuckDB: bounded memory, spilling to the run's staging directory beyond it
@@ -554,12 +294,11 @@ def _dedupe_gpu_samples(staging: RunStaging, report: RunReport) -> None:
 
 def _finish_run(
     staging: RunStaging, steps_acc: StepsAccumulator, report: RunReport, manifest: RunManifest, run_path: Path
-) -> None:
+) -> tuple[ConfigFacts, RunFacts]:
     _dedupe_step_metrics(staging, steps_acc.metric_paths, steps_acc.repeated_paths, report)
     _dedupe_gpu_samples(staging, report)
-    config, facts = _infer_facts(staging, report, manifest, run_path)
-    staging.replace("run_config", _config_rows(report, run_path))
-    if facts.max_response_length is not None and manifest.max_response_length is None:
+    config, facts = infer_facts(staging.scan, report, manifest, run_path)
+    if needs_truncation(facts, manifest):
         samples = staging.scan("samples")
         if samples.select(pl.col("truncated").is_null().any()).collect().item():
             staging.replace("samples", with_truncation(samples, facts.max_response_length).collect())
@@ -571,85 +310,8 @@ def _finish_run(
         steps = derive_steps(staging.scan("step_metrics"), steps_acc.step_attrs(), n_gpus=facts.n_gpus)
     staging.replace("steps", steps)
     staging.replace("step_windows", derive_step_windows(steps, manifest))
-    sf = pl.DataFrame(
-        [
-            {
-                "path": f.path, "sha256": f.sha256, "bytes": f.bytes, "format": f.format, "lines": f.lines,
-                "rows_ok": f.rows_ok, "rows_rejected": f.rows_rejected, "rows_skipped": f.rows_skipped,
-                "rows_out": f.rows_out, "rows_superseded": f.rows_superseded, "rows_repeated": f.rows_repeated,
-                "status": f.status, "error": f.error,
-            }
-            for f in report.files
-        ],
-        schema={k: v for k, v in SOURCE_FILES.stored_columns.items()},
-    )
-    staging.replace("source_files", sf)
-    runs = pl.DataFrame(
-        [
-            {
-                "task": manifest.task, "framework": manifest.framework or _framework(report),
-                "model": manifest.model or config.model,
-                "n_gpus": facts.n_gpus, "n_gpus_source": facts.n_gpus_source,
-                "max_response_length": facts.max_response_length,
-                "max_response_length_source": facts.max_response_length_source,
-                "max_prompt_length": facts.max_prompt_length, "started_at": manifest.started_at,
-                "train_batch_size": facts.train_batch_size, "rollout_n": facts.rollout_n,
-                "samples_per_step": facts.samples_per_step, "batch_source": facts.batch_source,
-                "source_dir": str(run_path), "tags": manifest.tags_json,
-                "n_files": len(report.files),
-            }
-        ],
-        schema=RUNS.stored_columns,
-    )
-    staging.replace("runs", runs)
-    for name in ("step_metrics", "steps", "samples", "turns", "tool_calls", "rank_times", "gpu_samples",
-                 "filter_batches", "rejects"):
-        report.table_rows[name] = staging.scan(name).select(pl.len()).collect().item()
-
-
-def _framework(report: RunReport) -> str | None:
-    formats = {f.format for f in report.files if f.rows_ok}
-    return framework_of([(f.format, f.rows_ok) for f in report.files],
-                        {fmt: reader_by_name(fmt).framework for fmt in formats})
-
-
-# readers whose files may hold a config (a verl config dump, a transformers banner or trainer state: analyses.run_facts)
-_CONFIG_DUMP_FORMATS = ("verl_console", "trl_console", "trl_trainer_state")
-# readers whose files may state a config run_config lists key by key (analyses.config_dump)
-_CONFIG_TABLE_FORMATS = ("verl_console",)
-
-
-def _infer_facts(staging: RunStaging, report: RunReport, manifest: RunManifest,
-                 run_path: Path) -> tuple[ConfigFacts, RunFacts]:
-    """What a config dump says, and the run's cap and GPU count: run.toml, else what its logs imply
-    (:mod:`analyses.run_facts`)."""
-    config = ConfigFacts()
-    for f in report.files:
-        if f.format in _CONFIG_DUMP_FORMATS and f.status in ("ok", "partial"):
-            try:
-                found = config_dump_file_facts(run_path if run_path.is_file() else run_path / f.path)
-            except OSError:  # the input went away since it was read: its facts are simply not known
-                continue
-            config = config.merged(found)
-    declared = ConfigFacts(max_prompt_length=manifest.max_prompt_length, train_batch_size=manifest.train_batch_size,
-                           rollout_n=manifest.rollout_n)
-    return config, infer_run_facts(manifest.max_response_length, manifest.n_gpus, config, staging.scan("samples"),
-                                   staging.scan("step_metrics"), staging.scan("gpu_samples"), declared)
-
-
-def _config_rows(report: RunReport, run_path: Path) -> pl.DataFrame:
-    """``run_config``: the config the run's first console log with one states (analyses.config_dump)."""
-    for f in report.files:
-        if f.format in _CONFIG_TABLE_FORMATS and f.status in ("ok", "partial"):
-            try:
-                head = read_head(run_path if run_path.is_file() else run_path / f.path, CONFIG_HEAD_BYTES)
-            except UnreadableFile:
-                continue
-            rows = config_entries(head)
-            if rows:
-                return pl.DataFrame([{"key": k, "value": v, "source": s, "path": f.path} for k, v, s in rows],
-                                    schema=RUN_CONFIG.stored_columns)
-    return RUN_CONFIG.empty().drop("run_id")
+    finish_run_tables(staging, report, manifest, config, facts, run_path)
+    return config, facts
 
 
 def iter_run_dirs(root: Path) -> Iterator[Path]:

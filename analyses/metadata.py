@@ -38,12 +38,12 @@ def frame_schema(schema: Mapping[str, pl.DataType]) -> list[tuple[str, str]]:
 def partition_rows(root: Path, table: str, run_id: str) -> int:
     """Rows in one run's published ``table`` (from its manifest; no data is read)."""
     m = read_published(root, run_id)
-    return m.tables[table].rows if m is not None and table in m.tables else 0
+    return m.rows(table) if m is not None else 0
 
 
 def table_rows(root: Path, table: str) -> int:
     """Rows of ``table`` over every published run (from the manifests)."""
-    return sum(m.tables[table].rows for m in published_runs(root).values() if table in m.tables)
+    return sum(m.rows(table) for m in published_runs(root).values())
 
 
 def run_row_counts(root: Path, run_id: str, tables: Iterable[str] | None = None) -> dict[str, int]:

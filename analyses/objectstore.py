@@ -310,7 +310,7 @@ class ObjectWarehouse:
         pubs = self.manifests()
         (self.mirror / MANIFESTS).mkdir(parents=True, exist_ok=True)
         for rid, pub in pubs.items():
-            for f in pub.tables.values():
+            for f in pub.files():
                 dst = self.mirror / f.path
                 if dst.exists() and dst.stat().st_size == f.bytes:
                     continue
@@ -403,14 +403,15 @@ class ObjectWarehouse:
         pub = read_published(local_root, run_id)
         if pub is None:
             raise FileNotFoundError(f"run {run_id} is not published in {local_root}")
-        for name, f in pub.tables.items():
-            self._upload(local_root / f.path, f.path, name)
+        for name, segs in pub.tables.items():
+            for f in segs:
+                self._upload(local_root / f.path, f.path, name)
         kill_point("uploaded")
         if lease is not None:
             lease.confirm()
         self._put(f"{MANIFESTS}/{run_id}.json", pub.to_json().encode())
         kill_point("published")
-        self.remove_unnamed(run_id, {self.object_key(f.path) for f in pub.tables.values()})
+        self.remove_unnamed(run_id, {self.object_key(f.path) for f in pub.files()})
         self.abort_unfinished_uploads(run_id)
         return pub
 

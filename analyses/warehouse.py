@@ -2,8 +2,9 @@
 
 Layout under the warehouse root::
 
-    parquet/<table>/run_id=<id>/<version>.parquet   one file per table and run version
-    manifests/<run_id>.json                          the published version of a run: written last
+    parquet/<table>/run_id=<id>/<version>.parquet   a segment of a table, written by one run version
+    manifests/<run_id>.json                          the published version of a run and the segments
+                                                     of each table it reads: written last
     .staging/<version>--<run_id>/                    an ingest's private work area
     .locks/<run_id>.lock                             one writer per run id at a time
     rejected/<run_id>/<version>/                     a version its blocking checks refused
@@ -16,6 +17,12 @@ version that lost (a killed commit, the version a new one replaced) are removed 
 commit of that run, and stale staging directories by the next ingest (:func:`clean_stale`).
 Plain hive readers (Spark, Trino, ``pyarrow.dataset``) see exactly the published files between
 commits; during a commit, or after a crash until the next ingest, they may see extra files.
+
+A table of a version is a list of segments (manifest format ``polytrace-run/2``): a full ingest
+writes one per table; an append-only refresh (:mod:`analyses.append_ingest`) publishes the previous
+version's segments plus one new segment of the appended rows. Past :data:`MAX_SEGMENTS` segments a
+table is compacted into one file at the commit. ``polytrace-run/1`` manifests (one file per table)
+are read as one segment each.
 """
 
 from __future__ import annotations
@@ -47,7 +54,12 @@ if TYPE_CHECKING:  # pyarrow once Parquet is written or its metadata read: `poly
 
 ENV_WAREHOUSE = "POLYTRACE_WAREHOUSE"
 ENV_KILL_AT = "POLYTRACE_TEST_KILL_AT"  # test hook: SIGKILL this process at the named commit step
-MANIFEST_FORMAT = "polytrace-run/1"
+MANIFEST_FORMAT = "polytrace-run/2"
+READABLE_FORMATS = ("polytrace-run/1", MANIFEST_FORMAT)
+# a table of more segments than this is rewritten as one file at the commit: a refresh every few
+# seconds of a run that lasts days would otherwise leave every reader listing thousands of small
+# files (32 appends of ~1 MB cost one rewrite of the appended tables, amortized ~3 % per append)
+MAX_SEGMENTS = 32
 MANIFESTS = "manifests"
 STAGING = ".staging"
 LOCKS = ".locks"
@@ -84,7 +96,7 @@ def new_version() -> str:
 
 @dataclass(frozen=True)
 class TableFile:
-    """One table's file of a run version; ``path`` is relative to the warehouse root."""
+    """One segment (file) of a table of a run version; ``path`` is relative to the warehouse root."""
 
     path: str
     rows: int
@@ -93,13 +105,20 @@ class TableFile:
 
 @dataclass(frozen=True)
 class PublishedRun:
-    """What ``manifests/<run_id>.json`` says: the run's current version and its files."""
+    """What ``manifests/<run_id>.json`` says: the run's current version and each table's segments."""
 
     run_id: str
     version: str
     created_at: str
-    tables: dict[str, TableFile]
+    tables: dict[str, list[TableFile]]
     info: dict = field(default_factory=dict)
+
+    def files(self) -> list[TableFile]:
+        """Every segment of every table."""
+        return [f for segs in self.tables.values() for f in segs]
+
+    def rows(self, table: str) -> int:
+        return sum(f.rows for f in self.tables.get(table, []))
 
     def to_json(self) -> str:
         doc = {
@@ -107,7 +126,8 @@ class PublishedRun:
             "run_id": self.run_id,
             "version": self.version,
             "created_at": self.created_at,
-            "tables": {k: {"path": f.path, "rows": f.rows, "bytes": f.bytes} for k, f in self.tables.items()},
+            "tables": {k: [{"path": f.path, "rows": f.rows, "bytes": f.bytes} for f in segs]
+                       for k, segs in self.tables.items()},
             "info": self.info,
         }
         return json.dumps(doc, indent=1, sort_keys=True) + "\n"
@@ -115,9 +135,11 @@ class PublishedRun:
     @classmethod
     def from_json(cls, text: str) -> PublishedRun:
         doc = json.loads(text)
-        if doc.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"not a {MANIFEST_FORMAT} manifest: format={doc.get('format')!r}")
-        tables = {k: TableFile(v["path"], int(v["rows"]), int(v["bytes"])) for k, v in doc["tables"].items()}
+        fmt = doc.get("format")
+        if fmt not in READABLE_FORMATS:
+            raise ValueError(f"not a {MANIFEST_FORMAT} manifest: format={fmt!r}")
+        tables = {k: [TableFile(f["path"], int(f["rows"]), int(f["bytes"])) for f in ([v] if isinstance(v, dict) else v)]
+                  for k, v in doc["tables"].items()}
         return cls(doc["run_id"], doc["version"], doc["created_at"], tables, doc.get("info") or {})
 
 
@@ -177,11 +199,11 @@ def run_ids(root: Path) -> list[str]:
 
 
 def partition_files(root: Path, table: str, run_id: str) -> list[Path]:
-    """The published file of one run's ``table`` (a list: empty when the run is not published)."""
+    """The published segments of one run's ``table`` (empty when the run is not published)."""
     m = read_published(root, run_id)
     if m is None or table not in m.tables:
         return []
-    return [root / m.tables[table].path]
+    return [root / f.path for f in m.tables[table]]
 
 
 def table_files(root: Path, table: str, runs: Iterable[str] | None = None) -> list[str]:
@@ -189,7 +211,7 @@ def table_files(root: Path, table: str, runs: Iterable[str] | None = None) -> li
     pub = published_runs(root)
     wanted = sorted(pub) if runs is None else [r for r in runs if r in pub]
     base = root.resolve()
-    return [str(base / pub[r].tables[table].path) for r in wanted if table in pub[r].tables]
+    return [str(base / f.path) for r in wanted for f in pub[r].tables.get(table, [])]
 
 
 def scan_table(root: Path, table: str, runs: Iterable[str] | None = None) -> pl.LazyFrame:
@@ -448,8 +470,14 @@ class RunStaging:
         after_publish: Callable[[], None] | None = None,
         lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
         holding_lock: bool = False,
+        reuse: dict[str, list[TableFile]] | None = None,
     ) -> PublishedRun:
         """Publish the staged tables as the run's new version, all at once.
+
+        ``reuse``: per table, published segments of the previous version that the new version
+        reads too, before the staged rows (an append-only refresh); the staged file becomes one
+        more segment (none when it is empty), and past :data:`MAX_SEGMENTS` they are rewritten
+        into one file.
 
         1. each table's parts become one file (empty and typed when nothing was staged);
         2. ``check`` runs on those files: problems keep the version aside under ``rejected/``
@@ -469,27 +497,50 @@ class RunStaging:
         if problems:
             raise self._reject(final, problems)
         kill_point("checked")
+        reuse = reuse or {}
+        with writing(self.root):
+            for name, segs in reuse.items():
+                if len(segs) + 1 > MAX_SEGMENTS:
+                    final[name] = self._merge(name, segs, final[name])
+                    reuse[name] = []
         if holding_lock:
-            pub = self._publish(final, info or {}, after_publish)
+            pub = self._publish(final, info or {}, after_publish, reuse)
         else:
             with run_lock(self.root, self.run_id, lock_wait_s):
-                pub = self._publish(final, info or {}, after_publish)
+                pub = self._publish(final, info or {}, after_publish, reuse)
         self._close()
         shutil.rmtree(self.dir, ignore_errors=True)
         kill_point("done")
         return pub
 
-    def _publish(self, final: dict[str, Path], info: dict, after_publish: Callable[[], None] | None) -> PublishedRun:
-        tables: dict[str, TableFile] = {}
+    def _merge(self, name: str, segs: list[TableFile], staged: Path) -> Path:
+        """Compaction: the published segments ``segs`` and the staged file as one file."""
+        out = self.dir / "_final" / f"{name}.merged.parquet"
+        pl.scan_parquet([self.root / f.path for f in segs] + [staged]).sink_parquet(
+            out, compression="zstd", statistics=True, metadata=parquet_metadata(TABLES[name]))
+        staged.unlink()
+        return out
+
+    def _publish(self, final: dict[str, Path], info: dict, after_publish: Callable[[], None] | None,
+                 reuse: dict[str, list[TableFile]] | None = None) -> PublishedRun:
+        tables: dict[str, list[TableFile]] = {}
+        new: list[TableFile] = []
+        reuse = reuse or {}
         try:
             with writing(self.root):
                 for name, src in final.items():
+                    kept = list(reuse.get(name, []))
+                    rows = pl.scan_parquet(src).select(pl.len()).collect().item()
+                    if kept and rows == 0:  # an append that gave the table nothing adds no segment
+                        tables[name] = kept
+                        continue
                     rel = f"parquet/{name}/run_id={self.run_id}/{self.version}.parquet"
                     dst = self.root / rel
                     dst.parent.mkdir(parents=True, exist_ok=True)
-                    rows = pl.scan_parquet(src).select(pl.len()).collect().item()
                     os.replace(src, dst)
-                    tables[name] = TableFile(rel, int(rows), dst.stat().st_size)
+                    f = TableFile(rel, int(rows), dst.stat().st_size)
+                    new.append(f)
+                    tables[name] = [*kept, f]
                     kill_point(f"moved:{name}")
                 pub = PublishedRun(self.run_id, self.version, datetime.now(UTC).isoformat(timespec="seconds"), tables,
                                    info)
@@ -500,7 +551,7 @@ class RunStaging:
             except (OSError, ValueError, KeyError):
                 now = None
             if now is None or now.version != self.version:
-                for f in tables.values():  # never published: no reader can hold them, so they go at once
+                for f in new:  # never published: no reader can hold them, so they go at once
                     (self.root / f.path).unlink(missing_ok=True)
             raise
         kill_point("published")
@@ -653,7 +704,7 @@ def remove_deferred(root: Path, holding: str | None = None) -> list[str]:
 
 def _remove_unpublished_now(root: Path, run_id: str) -> list[Path]:
     m = read_published(root, run_id)
-    keep = {root / f.path for f in m.tables.values()} if m else set()
+    keep = {root / f.path for f in m.files()} if m else set()
     removed = []
     base = parquet_root(root)
     if not base.is_dir():

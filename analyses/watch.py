@@ -135,7 +135,7 @@ class Watcher:
 
     def _mode_lines(self, report: RunReport) -> list[str]:
         """A refresh that could not append says why it read everything again."""
-        return [f"full ingest: {w}" for w in getattr(report, "refresh_notes", [])]
+        return list(report.refresh_notes)
 
     def _step_lines(self) -> list[str]:
         """The steps ingested since the last report, as one line (the training_health view)."""

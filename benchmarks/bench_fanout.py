@@ -105,7 +105,7 @@ def rows(wh: Path) -> dict[tuple[str, str], int]:
     sys.path.insert(0, str(REPO))
     from analyses.warehouse import published_runs
 
-    return {(r, t): f.rows for r, m in published_runs(wh).items() for t, f in m.tables.items()}
+    return {(r, t): m.rows(t) for r, m in published_runs(wh).items() for t in m.tables}
 
 
 def fit_line(ns: list[int], ts: list[float]) -> tuple[float, float]:

@@ -2,17 +2,21 @@
 
 Each tick stats the immediate subdirectories of the logs root (no file is opened), adds a
 dynamic partition for every run id not yet known, and requests the per-run job for every
-directory whose fingerprint (files, bytes, newest mtime) differs from the cursor. A directory
-modified within the last ``SETTLE_SECONDS`` is still being written and waits for a later tick.
-A run the cursor has not seen (first tick, or a reset cursor) is compared with the fingerprint
-recorded by its last ingest, so restarting the UI does not re-ingest unchanged runs.
+directory whose fingerprint (files, bytes, newest mtime) differs from the cursor. A run the
+cursor has not seen (first tick, or a reset cursor) is compared with the fingerprint recorded by
+its last ingest, so restarting the UI does not re-ingest unchanged runs.
+
+Live runs are followed as they grow: a run is requested at the first tick that sees it changed,
+without waiting for it to go quiet (the next ingest reads only the appended lines:
+analyses.append_ingest; a run still being copied in is ingested as far as it got, and again at
+the next tick). Two limits keep that cheap: one ingest per run id at a time (a run whose ingest
+is queued or in progress waits for a later tick) and one tick per ``MIN_INTERVAL_SECONDS``.
 """
 
 # No `from __future__ import annotations` here: Dagster checks the `context` annotation of an
 # asset, check or sensor at definition time and refuses a string.
 
 import json
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +26,10 @@ from dagster import (
     AssetRecordsFilter,
     AssetSelection,
     AutomationConditionSensorDefinition,
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     SensorEvaluationContext,
     SensorResult,
     sensor,
@@ -42,9 +48,11 @@ from pipelines.resources import WarehouseResource
 INGEST_JOB_NAME = "ingest_run_job"  # defined in pipelines.definitions (the per-run selection)
 CROSS_RUN_JOB_NAME = "cross_run_job"  # defined in pipelines.definitions (everything else)
 CROSS_RUN_AUTOMATION = "cross_run_automation"
-SETTLE_SECONDS = 10.0
 MIN_INTERVAL_SECONDS = 30
 FINGERPRINT_ASSET = AssetKey("runs")
+PARTITION_NAME_TAG = "dagster/partition"  # the tag Dagster puts on a partitioned run (dagster._core.storage.tags)
+_UNFINISHED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+               DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,7 @@ class TickPlan:
     new_partitions: list[str] = field(default_factory=list)
     requests: list[RunDirState] = field(default_factory=list)
     cursor: dict[str, str] = field(default_factory=dict)
-    unsettled: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)  # an ingest of the run is queued or in progress
     invalid: list[str] = field(default_factory=list)
     phantoms: list[str] = field(default_factory=list)  # partitions with no run behind them, never ingested
 
@@ -84,14 +92,14 @@ def plan_tick(
     states: Mapping[str, RunDirState],
     cursor: Mapping[str, str],
     existing_partitions: set[str],
-    now_s: float,
-    settle_s: float = SETTLE_SECONDS,
     last_ingested: Callable[[str], str | None] = lambda _rid: None,
+    busy: Callable[[str], bool] = lambda _rid: False,
 ) -> TickPlan:
     """What one tick does, as data: partitions to add, runs to request, the next cursor.
 
     ``cursor`` maps run id -> fingerprint last requested; ``last_ingested(run_id)`` gives the
-    fingerprint recorded by the run's last ingest, consulted only for runs the cursor lacks.
+    fingerprint recorded by the run's last ingest, consulted only for runs the cursor lacks;
+    ``busy(run_id)``: an ingest of the run is queued or running (the change waits for it).
     Directories that disappeared drop out of the cursor (a re-appearing one is ingested again).
     A partition with no run under the logs root that was never ingested (a key mistyped in the
     UI's launch dialog) is a phantom: it is removed. One once ingested stays (its tables do).
@@ -110,8 +118,8 @@ def plan_tick(
         if known == st.fingerprint:
             plan.cursor[rid] = st.fingerprint
             continue
-        if now_s - st.newest_mtime_s < settle_s:
-            plan.unsettled.append(rid)
+        if busy(rid):
+            plan.busy.append(rid)
             if known is not None:
                 plan.cursor[rid] = known
             continue
@@ -150,23 +158,27 @@ def run_dirs_sensor(context: SensorEvaluationContext, warehouse: WarehouseResour
         val = mat.metadata.get(FINGERPRINT_META) if mat is not None else None
         return str(val.value) if val is not None else None
 
+    def busy(rid: str) -> bool:
+        return bool(instance.get_run_ids(RunsFilter(job_name=INGEST_JOB_NAME, statuses=_UNFINISHED,
+                                                    tags={PARTITION_NAME_TAG: rid}), limit=1))
+
     states, problems = scan_logs_root(warehouse.logs_root)
     for name, why in sorted(problems.items()):
         context.log.warning(f"run directory {name!r} skipped: {why}")
     existing = set(instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME))
     plan = plan_tick(
-        states, _load_cursor(context.cursor), existing, time.time(), SETTLE_SECONDS, last_ingested
+        states, _load_cursor(context.cursor), existing, last_ingested, busy
     )
     for rid in plan.invalid:
         context.log.warning(f"run id {rid!r} cannot be a Dagster partition key; rename its directory")
-    if plan.unsettled:
-        context.log.info(f"still being written, next tick: {', '.join(plan.unsettled)}")
+    if plan.busy:
+        context.log.info(f"changed while their ingest runs, next tick: {', '.join(plan.busy)}")
     if plan.phantoms:
         context.log.warning(f"removing partition(s) with no run directory, never ingested: {', '.join(plan.phantoms)}")
     cursor = json.dumps(plan.cursor, sort_keys=True)
     removals = [runs_partitions.build_delete_request(plan.phantoms)] if plan.phantoms else []
     if not plan.new_partitions and not plan.requests and not plan.phantoms:
-        waiting = f", {len(plan.unsettled)} still being written" if plan.unsettled else ""
+        waiting = f", {len(plan.busy)} changed while being ingested" if plan.busy else ""
         return SensorResult(
             skip_reason=f"{len(states)} run dir(s) under {warehouse.logs_root}, none new or changed{waiting}",
             cursor=cursor,

@@ -50,7 +50,7 @@ def test_a_table_whose_first_run_is_empty_is_estimated_near_its_rows(warehouse: 
     pub = published_runs(warehouse)
     first = sorted(pub)[0]
     # the quirk this covers: the first run in id order has no rows of the table
-    assert pub[first].tables["step_metrics"].rows == 0
+    assert pub[first].rows("step_metrics") == 0
     con = catalog.connect(warehouse)
     rows = con.sql("SELECT count(*) FROM step_metrics").fetchall()[0][0]
     assert rows > 0
@@ -62,8 +62,8 @@ def test_a_table_whose_every_part_is_empty_is_typed_and_empty(tmp_path: Path) ->
     run = REPO / "sample_logs" / "polytrace-math-dapo"
     assert main(["ingest", str(run), "--warehouse", str(wh), "-q"]) == 0
     (pub,) = published_runs(wh).values()
-    assert pub.tables["step_metrics"].rows == 0  # a part is published, and it is empty
+    assert pub.rows("step_metrics") == 0  # a part is published, and it is empty
     con = catalog.connect(wh)
     assert con.sql("SELECT count(*) FROM step_metrics").fetchall()[0][0] == 0
     assert [c for c, *_ in con.sql("DESCRIBE step_metrics").fetchall()] == list(TABLES["step_metrics"].columns)
-    assert con.sql("SELECT count(*) FROM samples").fetchall()[0][0] == pub.tables["samples"].rows > 0
+    assert con.sql("SELECT count(*) FROM samples").fetchall()[0][0] == pub.rows("samples") > 0

@@ -113,7 +113,7 @@ def test_a_kill_at_any_commit_step_leaves_one_whole_version(tmp_path: Path, vers
     ingest_run(versions["v3"], root, replace=True)
     assert _same(_snapshot(root), versions["tables3"])
     assert not any((root / STAGING).iterdir())
-    published = {root / f.path for f in read_published(root, "r").tables.values()}
+    published = {root / f.path for f in read_published(root, "r").files()}
     assert set(parquet_root(root).rglob("*.parquet")) == published
 
 
@@ -126,7 +126,7 @@ def test_two_writers_of_one_run_are_serialized_never_mixed(tmp_path: Path, versi
     assert [p.returncode for p in procs] == [0, 0, 0, 0], errs
     seen = _snapshot(root)
     assert _same(seen, versions["tables1"]) or _same(seen, versions["tables2"])
-    published = {root / f.path for f in read_published(root, "r").tables.values()}
+    published = {root / f.path for f in read_published(root, "r").files()}
     assert set(parquet_root(root).rglob("*.parquet")) == published
     assert not any((root / STAGING).iterdir())
 

@@ -256,14 +256,14 @@ def test_sensor_adds_partitions_and_requests_new_and_changed(tmp_path: Path) -> 
         assert not res2.run_requests and not res2.dynamic_partitions_requests and res2.skip_reason
         assert json.loads(res2.cursor) == cursor
 
-        # run-a grows (settled), and a new run is still being written (mtime now): run-a reruns;
-        # the new one gets its partition now and its run on a later tick
-        _run_dir(logs, "run-a", text="step:1 - timing_s/step:2.0\nstep:2 - timing_s/step:3.0\n")
+        # run-a grows and a new run appears, both still being written (mtime now): both are ingested
+        # at once, no quiet wait (the next tick's ingest reads only what was appended meanwhile)
+        _run_dir(logs, "run-a", text="step:1 - timing_s/step:2.0\nstep:2 - timing_s/step:3.0\n", mtime=time.time())
         _run_dir(logs, "run-c", mtime=time.time())
         res3 = _tick(instance, logs, res2.cursor)
-        assert [r.partition_key for r in res3.run_requests] == ["run-a"]
+        assert sorted(r.partition_key for r in res3.run_requests) == ["run-a", "run-c"]
         assert [list(r.partition_keys) for r in res3.dynamic_partitions_requests] == [["run-c"]]
-        assert "run-c" not in json.loads(res3.cursor)
+        assert "run-c" in json.loads(res3.cursor)
 
 
 def test_sensor_without_cursor_skips_runs_ingested_unchanged(tmp_path: Path) -> None:
@@ -284,12 +284,26 @@ def test_sensor_without_cursor_skips_runs_ingested_unchanged(tmp_path: Path) -> 
         assert set(json.loads(res.cursor)) == {"same", "edited"}
 
 
+def test_plan_tick_follows_growing_runs_one_ingest_at_a_time() -> None:
+    """A changed run is requested at once, even written a second ago; not while an ingest of it is
+    queued or running (the cursor keeps the old fingerprint: the next tick asks again)."""
+    now = time.time()
+    st = {"live": RunDirState("live", "/x/live", "2f", now - 1), "new": RunDirState("new", "/x/new", "1f", now - 1),
+          "held": RunDirState("held", "/x/held", "3f", now - 1)}
+    plan = plan_tick(st, {"live": "1f", "held": "2f"}, {"live", "held"}, busy=lambda rid: rid == "held")
+    assert sorted(r.run_id for r in plan.requests) == ["live", "new"]
+    assert plan.cursor == {"live": "2f", "held": "2f", "new": "1f"}
+    assert plan.busy == ["held"] and plan.new_partitions == ["new"]
+    later = plan_tick(st, plan.cursor, {"live", "held", "new"})
+    assert [r.run_id for r in later.requests] == ["held"]
+
+
 def test_plan_tick_drops_vanished_and_invalid_keys() -> None:
     st = {
         "a": RunDirState("a", "/x/a", "1f-1b-1", 1.0),
         "b...c": RunDirState("b...c", "/x/b...c", "1f-1b-1", 1.0),  # '...' is refused by Dagster
     }
-    plan = plan_tick(st, {"a": "1f-1b-1", "gone": "2f-2b-2"}, {"a"}, now_s=100.0)
+    plan = plan_tick(st, {"a": "1f-1b-1", "gone": "2f-2b-2"}, {"a"})
     assert plan.cursor == {"a": "1f-1b-1"} and plan.invalid == ["b...c"] and not plan.requests
     assert not plan.new_partitions
 

@@ -54,7 +54,7 @@ def test_query_sandbox_shows_them_and_a_plain_connection_skips_them(wh: Path) ->
 
 
 def test_every_published_parquet_file_carries_its_table_s_descriptions(wh: Path) -> None:
-    files = [(name, wh / f.path) for m in published_runs(wh).values() for name, f in m.tables.items()]
+    files = [(name, wh / f.path) for m in published_runs(wh).values() for name, segs in m.tables.items() for f in segs]
     assert len(files) == 2 * len(TABLES)
     for name, path in files:
         meta = {k.decode(): v.decode() for k, v in (pq.read_metadata(path).metadata or {}).items()}
@@ -76,5 +76,5 @@ def test_a_part_written_by_a_query_gets_the_metadata_at_commit(tmp_path: Path) -
                f"false AS is_validation, 'f' AS path, 1::BIGINT AS line_no) TO '{part}' (FORMAT parquet)")
     st.replace_with_file("step_metrics", part)
     st.commit()
-    f = root / published_runs(root)["r"].tables["step_metrics"].path
+    f = root / published_runs(root)["r"].tables["step_metrics"][0].path
     assert pq.read_metadata(f).metadata[b"polytrace.table"] == b"step_metrics"

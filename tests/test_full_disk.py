@@ -72,7 +72,7 @@ def _ingest(run: Path, wh: Path, capsys: pytest.CaptureFixture[str]) -> tuple[in
 
 def _leftovers(wh: Path) -> list[Path]:
     """Staging, half-written files and files no manifest names."""
-    named = {wh / f.path for f in (read_published(wh, "r").tables.values() if read_published(wh, "r") else [])}
+    named = {wh / f.path for f in (read_published(wh, "r").files() if read_published(wh, "r") else [])}
     staged = list((wh / STAGING).iterdir()) if (wh / STAGING).exists() else []
     unnamed = [p for p in parquet_root(wh).rglob("*") if p.is_file() and p not in named] if parquet_root(wh).exists() else []
     tmp = [p for p in wh.rglob("*.tmp")]

@@ -71,7 +71,7 @@ def test_reingest_is_idempotent_and_replaces_whole_partition(tmp_path: Path, war
     assert scan_table(warehouse, "source_files").collect()["path"].to_list() == ["a.log"]
     # no staging directory and no file of an older version is left behind
     assert not any((warehouse / ".staging").iterdir())
-    published = {warehouse / f.path for f in read_published(warehouse, "r").tables.values()}
+    published = {warehouse / f.path for f in read_published(warehouse, "r").files()}
     assert set(parquet_root(warehouse).rglob("*.parquet")) == published
 
 

@@ -387,7 +387,7 @@ def test_a_dead_writers_lease_lapses_in_seconds_and_its_leftovers_go_at_the_next
     t0 = time.monotonic()
     assert main(["ingest", str(run), "--warehouse", url, "-q", "--wait", "30"]) == 0
     assert time.monotonic() - t0 < 25  # the lease lapsed within its 2 s TTL (plus the ingest itself)
-    published = {pt.store.object_key(f.path) for f in PolyTrace(url).store.manifests()[run.name].tables.values()}
+    published = {pt.store.object_key(f.path) for f in PolyTrace(url).store.manifests()[run.name].files()}
     assert set(_objects(pt, "parquet/")) == published
     assert _unfinished_uploads(pt) == [] and _objects(pt, ".locks/") == []
 

@@ -135,7 +135,7 @@ def test_readers_racing_reingests_see_one_whole_version_and_never_a_traceback(tm
     assert not mixed, f"{len(mixed)} of {len(reads)} reads are no one version: {mixed[0]} (versions: {expected})"
     # with no reader left, the next ingest removes every replaced version's files
     ingest_run(versions[1], root, replace=True)
-    published = {root / f.path for f in read_published(root, "r").tables.values()}
+    published = {root / f.path for f in read_published(root, "r").files()}
     assert set(parquet_root(root).rglob("*.parquet")) == published
 
 
@@ -145,7 +145,7 @@ def test_a_replaced_version_stays_while_a_reader_holds_it(tmp_path: Path) -> Non
     root = tmp_path / "wh"
     ingest_run(v1, root, replace=True)
     con = PolyTrace(root).connect()  # holds a lease while it lives: it may read v1's files at any time
-    old = {root / f.path for f in read_published(root, "r").tables.values()}
+    old = {root / f.path for f in read_published(root, "r").files()}
     ingest_run(v2, root, replace=True)
     assert all(p.exists() for p in old)  # kept for the reader
     assert con.execute("SELECT count(*) FROM steps").fetchone()[0] == 3  # still the version it bound
@@ -154,7 +154,7 @@ def test_a_replaced_version_stays_while_a_reader_holds_it(tmp_path: Path) -> Non
     with reader_lease(root):  # another reader does not keep files no one can hold any more from going
         pass
     ingest_run(v1, root, replace=True)  # the next commit, with no reader, removes every replaced version
-    published = {root / f.path for f in read_published(root, "r").tables.values()}
+    published = {root / f.path for f in read_published(root, "r").files()}
     assert set(parquet_root(root).rglob("*.parquet")) == published
     assert PolyTrace(root).connect().execute("SELECT count(*) FROM steps").fetchone()[0] == 3
 

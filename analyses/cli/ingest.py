@@ -79,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.workers > 1 or args.ray:
         return _run_fanout(args, pt, plans, lock_wait_s, t0)
     unwritable: str | None = None
+    appended = 0  # runs whose refresh read only appended lines: their commit refreshed the catalog's tables
     with progress:
         for plan in plans:
             try:
@@ -96,6 +97,7 @@ def _run(args: argparse.Namespace) -> int:
                               + ("; its previous version stays" if kept else ""))
                 break
             total_rejects += rep.rows_rejected
+            appended += rep.mode == "append"
             if show:
                 print("\n".join(rep.summary_lines()))
             if not rep.has_data:  # landed, so that its files say why, but no success
@@ -105,7 +107,9 @@ def _run(args: argparse.Namespace) -> int:
     if unwritable is not None:
         print(unwritable, file=sys.stderr)
         return EXIT_FAIL
-    if pt.store is None:  # an object-store warehouse has no shared catalog file: readers build views
+    # an object-store warehouse has no shared catalog file (readers build views); after appends only,
+    # the derived views are there from the run's first ingest and its commit refreshed the tables
+    if pt.store is None and not (appended == len(plans) and pt.catalog_path.exists()):
         pt.refresh_catalog()
     if show:
         print(f"warehouse: {pt.location}  ({len(plans)} run(s), {total_rejects} rejected line(s), "

@@ -56,7 +56,7 @@ def run_key(root: Path, run_id: str, what: str, **params: Any) -> str | None:
     m = read_published(root, run_id)
     if m is None or not m.info.get("fingerprint") or "runs" not in m.tables:
         return None
-    facts = pl.read_parquet(root / m.tables["runs"].path).drop(_IGNORED_FACTS, strict=False).to_dicts()
+    facts = pl.read_parquet([root / f.path for f in m.tables["runs"]]).drop(_IGNORED_FACTS, strict=False).to_dicts()
     doc = {"what": what, "fingerprint": m.info["fingerprint"], "facts": facts, "code": code_digest(),
            "params": params}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()

@@ -89,6 +89,14 @@ class ReaderBase:
     # the training framework whose logs this format is (runs.framework when run.toml does not say);
     # None: a format several frameworks write (wandb, TensorBoard, telemetry, PolyTrace logs)
     framework: str | None = None
+    # every line is parsed on its own (no header, no state carried from line to line, no record
+    # spanning lines, nothing read but its lines through analyses.readers.lines): the rows of lines
+    # [a, b) of a file are what a full read gives for them, so an append-only refresh may read
+    # only the appended lines (analyses.append_ingest)
+    resumable: bool = False
+    # what it reads from a file depends on the run's other files (FileContext.run_files): a file
+    # added to the run can change it, so an append-only refresh does not take new files then
+    reads_siblings: bool = False
 
 
 class UnreadableFile(Exception):

@@ -286,6 +286,7 @@ def _clock_split(d: pl.DataFrame, clock: SeriesClock, keys: list[str]) -> tuple[
 
 class ClusterUtilLongReader(ReaderBase):
     name = SOURCE_LONG
+    reads_siblings = True  # an archive member with an extracted copy beside it is skipped
 
     def sniff(self, head: str, path: Path) -> bool:
         return _sniff_layout(head, long_layout)
@@ -330,6 +331,7 @@ class ClusterUtilLongReader(ReaderBase):
 
 class ClusterUtilWideReader(ReaderBase):
     name = SOURCE_WIDE
+    reads_siblings = True  # an archive member with an extracted copy beside it is skipped
 
     def sniff(self, head: str, path: Path) -> bool:
         return _sniff_layout(head, wide_layout)

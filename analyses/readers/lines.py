@@ -138,6 +138,10 @@ def iter_line_batches(
     """
     path = Path(path)
     lim = limits.current()
+    win = _WINDOW.get()
+    if win is not None and win.path == path:
+        yield from _window_batches(win, batch_lines, contains, batch_bytes, lim.max_line_bytes)
+        return
     small = _small_plain(path, lim.max_line_bytes)
     if small is not None:  # read once: the checks and the lines from the same bytes
         data, scan = small
@@ -171,6 +175,56 @@ def iter_line_batches(
         raise UnreadableFile(f"{path.name}: {exc}") from exc
     if scan.n_lines > done:
         yield LineBatch(pl.DataFrame(schema=LINE_SCHEMA), scan.n_lines - done)
+
+
+@dataclass(frozen=True)
+class LineWindow:
+    """Read only bytes ``[start, end)`` of ``path`` (whole lines: ``start`` is 0 or follows a
+    newline, ``end`` follows one), numbering its first line ``first_line_no``: the lines an
+    append-only refresh has not read yet (:mod:`analyses.append_ingest`)."""
+
+    path: Path
+    start: int
+    end: int
+    first_line_no: int
+    last_line_partial: bool = False  # the window ends with a line that has no newline yet
+
+
+class WindowUnreadable(UnreadableFile):
+    """The window's lines are not plain clean text (invalid UTF-8, NUL bytes, over-long lines):
+    the full read handles those through the block reader; the caller reads the whole file."""
+
+
+_WINDOW: ContextVar[LineWindow | None] = ContextVar("line_window", default=None)
+
+
+@contextmanager
+def line_window(window: LineWindow) -> Iterator[None]:
+    """:func:`iter_line_batches` of ``window.path`` gives only the window's lines, within the block."""
+    token = _WINDOW.set(window)
+    try:
+        yield
+    finally:
+        _WINDOW.reset(token)
+
+
+def _window_batches(win: LineWindow, batch_lines: int, contains: str | None, batch_bytes: int,
+                    max_line_bytes: int) -> Iterator[LineBatch]:
+    """The window's lines as the native scanner gives those of a small clean file."""
+    with open(win.path, "rb") as fh:
+        fh.seek(win.start)
+        data = fh.read(win.end - win.start)
+    if len(data) != win.end - win.start or (data and not data.endswith(b"\n") and not win.last_line_partial):
+        raise WindowUnreadable(f"{win.path.name}: changed while read")
+    if not data:
+        return
+    scan = _scan_blocks([data], max_line_bytes)
+    if not scan.clean or scan.longest > _FAST_MAX_LINE:
+        raise WindowUnreadable(f"{win.path.name}: appended lines are not clean UTF-8 text")
+    rows = max(1, min(batch_lines, batch_bytes // max(scan.longest, 1)))
+    df = pl.scan_lines(data, name="line", row_index_name="line_no", row_index_offset=win.first_line_no).select(
+        pl.col("line_no").cast(pl.Int64), "line").collect()
+    yield from _split_batches(df, win.first_line_no - 1 + scan.n_lines, rows, contains, done=win.first_line_no - 1)
 
 
 def stream_line_frames(
@@ -257,11 +311,11 @@ def _small_plain(path: Path, max_line_bytes: int) -> tuple[bytes, _PlainScan] | 
     return data, scan
 
 
-def _split_batches(df: pl.DataFrame, n_lines: int, rows: int, contains: str | None) -> Iterator[LineBatch]:
-    """What the native scanner's batches of ``rows`` lines give, from all the lines ``df``."""
+def _split_batches(df: pl.DataFrame, n_lines: int, rows: int, contains: str | None, done: int = 0) -> Iterator[LineBatch]:
+    """What the native scanner's batches of ``rows`` lines give, from all the lines ``df``
+    (``n_lines``: the last line number; ``done``: the line before ``df``'s first)."""
     if contains is not None:
         df = df.filter(pl.col("line").str.contains(contains, literal=True))
-    done = 0
     for off in range(0, df.height, rows):
         part = df.slice(off, rows)
         last = int(part["line_no"][-1])

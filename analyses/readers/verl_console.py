@@ -103,6 +103,7 @@ class VerlConsoleReader(ReaderBase):
 
     name = "verl_console"
     framework = "verl"
+    resumable = True  # each batch is parsed on its own (parse_batch): a line's rows depend on that line alone
     # a wandb output.log can open with megabytes of prints before its first step line: the second
     # look of format detection offers this sniff the lines holding these (see readers.late_sniff)
     late_sniff = ("step:", "{'actor_rollout_ref': {")

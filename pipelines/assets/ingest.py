@@ -85,6 +85,8 @@ def ingest_run_tables(context: AssetExecutionContext, warehouse: WarehouseResour
     # the catalog refresh is the warehouse_catalog asset's job, once per run of the job
     fingerprint = run_fingerprint(plan).key  # before reading: a change during the ingest re-triggers
     report = warehouse.polytrace.ingest_planned(plan, progress=progress, refresh=False)
+    for note in report.refresh_notes:  # why a refresh of a growing run could not read only the appended lines
+        context.log.info(note)
     root = warehouse.root_path  # after the ingest: for an s3:// warehouse, the mirror now holds the run
     for name in TABLES:
         meta = _table_metadata(root, name, run_id, report)
@@ -124,8 +126,9 @@ def _table_metadata(root: Path, table: str, run_id: str, report: RunReport) -> d
     meta["dagster/column_schema"] = contract_table_schema(table)
     meta["run_id"] = run_id
     files = partition_files(root, table, run_id)
-    if files:
-        meta["partition_file"] = MetadataValue.path(str(files[0]))
+    if files:  # the newest segment (an append-only refresh adds one to the previous version's)
+        meta["partition_file"] = MetadataValue.path(str(files[-1]))
+        meta["partition_segments"] = MetadataValue.int(len(files))
     if table == "source_files":
         sf = scan_table(root, "source_files", [run_id]).head(FILES_LISTED).collect()
         cols = [
@@ -142,6 +145,7 @@ def _table_metadata(root: Path, table: str, run_id: str, report: RunReport) -> d
         ]
         meta["files"] = MetadataValue.md(markdown_table(sf.select(cols), n=FILES_LISTED, total_rows=rows))
         meta["ingest_seconds"] = MetadataValue.float(round(report.seconds, 3))
+        meta["ingest_mode"] = MetadataValue.text(report.mode)  # "append": only the appended lines were read
         meta["rows_rejected"] = MetadataValue.int(report.rows_rejected)
     elif table == "runs":
         meta["source_dir"] = MetadataValue.path(report.source)

@@ -85,7 +85,7 @@ def build_env(root: Path, runs: list[Path]) -> Env:
     db.execute(f"CREATE TABLE secret AS SELECT '{tok['db']}' AS secret")
     db.close()
     pub = published_runs(wh)
-    published = sorted(str(wh / f.path) for r in pub.values() for f in r.tables.values())
+    published = sorted(str(wh / f.path) for r in pub.values() for f in r.files())
     # files inside the warehouse that no manifest names: a stray Parquet beside published ones
     # (its name never written in a statement), notes, a staging leftover
     part = Path(published[0]).parent

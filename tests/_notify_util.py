@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from _warehouse_util import free_port
 
@@ -37,3 +38,15 @@ class Receiver:
     @property
     def url(self) -> str:
         return f"json://127.0.0.1:{self.port}/"
+
+
+def write_steps_at_pace(log: Path, lines: list[str], pace_s: float, written: dict[int, float]) -> None:
+    """Append ``lines`` to ``log`` as a training job writes them: flushed one by one, a pause of
+    ``pace_s`` after each verl step line, whose step and time (time.monotonic()) go to ``written``."""
+    with log.open("a") as fh:
+        for ln in lines:
+            fh.write(ln)
+            fh.flush()
+            if ln.startswith("step:"):
+                written[int(ln[5:ln.index(" ")])] = time.monotonic()
+                time.sleep(pace_s)

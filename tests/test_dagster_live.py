@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _notify_util import Receiver
+from _notify_util import Receiver, write_steps_at_pace
 
 I80 = "verl_agentic_open-agentrl/run-20251129_221801-i80f2v90/files/output.log"
 I80_ALERTS = {"response_length_collapse": 11, "entropy_collapse": 16}  # tests/test_views_health.py
@@ -55,13 +55,7 @@ def test_sensor_follows_a_growing_run_and_notifies_each_alert_once(
     written: dict[int, float] = {}
 
     def writer() -> None:  # the training job: a step line every second
-        with log.open("a") as fh:
-            for ln in lines[head:end + 1]:
-                fh.write(ln)
-                fh.flush()
-                if ln.startswith("step:"):
-                    written[int(ln[5:ln.index(" ")])] = time.monotonic()
-                    time.sleep(1.0)
+        write_steps_at_pace(log, lines[head:end + 1], 1.0, written)
 
     modes = []
     job_s: list[tuple[float, int]] = []  # per job run: seconds, messages received after it

@@ -13,7 +13,8 @@ import pytest
 
 from analyses.api import PolyTrace
 from analyses.cli import main
-from analyses.ingest import SKIP_HIDDEN_FILE, SKIP_MANIFEST, ingest_run
+from analyses.ingest import ingest_run
+from analyses.ingest_files import SKIP_HIDDEN_FILE, SKIP_MANIFEST
 from analyses.readers.lines import count_lines, iter_line_batches
 from analyses.warehouse import scan_table
 

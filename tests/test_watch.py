@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _notify_util import Receiver
+from _notify_util import Receiver, write_steps_at_pace
 
 from analyses.api import PolyTrace
 from analyses.watch import LINE_WIDTH, Watcher, step_line, watch
@@ -112,13 +112,7 @@ def test_watch_follows_the_collapsing_agentic_run_and_notifies_each_alert_once(
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("watching ")  # it runs; the run's header is in
         time.sleep(3)  # the first (header-only) ingest lands before the steps start
-        with log.open("a") as fh:
-            for ln in lines[head:end + 1]:
-                fh.write(ln)
-                fh.flush()
-                if ln.startswith("step:"):
-                    written[int(ln[5:ln.index(" ")])] = time.monotonic()
-                    time.sleep(0.5)
+        write_steps_at_pace(log, lines[head:end + 1], 0.5, written)
         deadline = time.monotonic() + 3 * LATENCY_TARGET_S
         while len(receiver.messages) < len(I80_ALERTS) and time.monotonic() < deadline:
             time.sleep(0.2)

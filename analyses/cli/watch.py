@@ -50,20 +50,27 @@ def _run(args: argparse.Namespace) -> int:
           f"({'notifying ' + ENV_NOTIFY if urls else 'no notifications: ' + ENV_NOTIFY + ' unset'}); Ctrl-C stops",
           flush=True)
     stop = threading.Event()
+    stopping = threading.Event()  # Ctrl-C or SIGTERM arrived: whatever it interrupted is the stop
 
-    def on_term(_sig: int, _frame: FrameType | None) -> None:
-        raise _Stopped
+    def on_signal(sig: int, _frame: FrameType | None) -> None:
+        stopping.set()
+        raise KeyboardInterrupt if sig == signal.SIGINT else _Stopped
 
-    previous = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
     try:
         watch(w, interval, stop, lambda line: print(line, flush=True),
               lambda line: print(f"polytrace watch: {line}", file=sys.stderr, flush=True))
     except (KeyboardInterrupt, _Stopped):
         # an ingest interrupted midway published nothing (its staging is dropped): the previous version stays
         pass
+    except Exception:
+        # DuckDB turns a signal that arrives inside a statement into its own error ("Query interrupted")
+        if not stopping.is_set():
+            raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     print(w.summary(), flush=True)
     return EXIT_OK
 

@@ -20,7 +20,7 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check analyses pipelines tests benchmarks sample_logs
-	$(PY) -m pytest -n 2 --dist loadgroup -q
+	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=25
 
 # Consumer tools (aiperf, vidur) and the trace reference (HolisticTraceAnalysis 0.5.0, tests/test_trace_vs_hta.py)
 # in their own cached venvs under ~/.cache/polytrace-conformance

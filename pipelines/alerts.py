@@ -8,9 +8,12 @@ throughput drop). A run with an active alert is red or yellow in the UI, with th
 step, value and earlier level in the check's metadata. The checks never block: a collapsing run's
 data is still worth fitting and reading.
 
-The sensor reacts to every successful run of this code location (the per-run job a logs-root
-sensor launched, a materialization from the UI, the demo): it reads the alerts of the run's
-partition (every run's, for an unpartitioned run) and sends those not sent before.
+The sensor follows the ``steps`` materializations (a cursor on the event log), however they were
+launched: the per-run job a logs-root sensor started, a materialization from the UI, the demo. It
+reads the alerts of the partitions materialized since its last tick and sends those not sent
+before. It does not wait for the job to end: the job goes on to check and fit the run (the fit
+alone takes longer than an append-only ingest), while the tables, and so the alerts, are
+published the moment ``steps`` materializes.
 """
 
 # No `from __future__ import annotations` here: Dagster checks the `context` annotation of an
@@ -23,13 +26,14 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
-    DagsterRunStatus,
+    AssetKey,
+    AssetRecordsFilter,
     DefaultSensorStatus,
     MetadataValue,
-    RunStatusSensorContext,
-    SkipReason,
+    SensorEvaluationContext,
+    SensorResult,
     multi_asset_check,
-    run_status_sensor,
+    sensor,
 )
 
 from analyses.alerts import ENV_NOTIFY, NotifyConfigError, deliver, notify_urls, run_alerts, state_path
@@ -39,7 +43,6 @@ from pipelines.resources import WarehouseResource
 
 ALERT_ASSET = "steps"
 NOTIFY_SENSOR = "health_alert_notifications"
-PARTITION_TAG = "dagster/partition"
 
 
 def check_name(kind: str) -> str:
@@ -90,32 +93,45 @@ def health_alert_checks(context: AssetCheckExecutionContext, warehouse: Warehous
         )
 
 
-@run_status_sensor(
-    run_status=DagsterRunStatus.SUCCESS,
+NOTIFY_INTERVAL_S = 5
+MATERIALIZATIONS_PER_TICK = 1000  # more wait for the next tick (the cursor keeps the place)
+
+
+@sensor(
     name=NOTIFY_SENSOR,
-    minimum_interval_seconds=5,
+    minimum_interval_seconds=NOTIFY_INTERVAL_S,
     default_status=DefaultSensorStatus.RUNNING,
     description=f"Sends each new training-health alert once to the Apprise URLs in ${ENV_NOTIFY} "
-    "(Slack, e-mail, webhooks, ...) after a run of this code location succeeds.",
+    f"(Slack, e-mail, webhooks, ...) as soon as a run's `{ALERT_ASSET}` partition materializes.",
 )
-def health_alert_notifications(context: RunStatusSensorContext, warehouse: WarehouseResource) -> SkipReason | None:
+def health_alert_notifications(context: SensorEvaluationContext, warehouse: WarehouseResource) -> SensorResult:
+    after = int(context.cursor) if context.cursor else None
+    got = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(ALERT_ASSET), after_storage_id=after),
+        limit=MATERIALIZATIONS_PER_TICK,
+        ascending=True,
+    ).records
+    if not got:
+        return SensorResult(skip_reason=f"no `{ALERT_ASSET}` materialized since the last tick", cursor=context.cursor)
+    cursor = str(got[-1].storage_id)
+    partitions = sorted({r.partition_key for r in got if r.partition_key})
     urls = notify_urls()
-    if not urls:
-        return SkipReason(f"${ENV_NOTIFY} is not set: alerts are shown as asset checks only")
-    partition = context.dagster_run.tags.get(PARTITION_TAG)
-    root = warehouse.root_path
+    if not urls:  # the alerts stay visible as asset checks; the cursor moves on so that none is sent late
+        return SensorResult(skip_reason=f"${ENV_NOTIFY} is not set: alerts are shown as asset checks only",
+                            cursor=cursor)
     con = warehouse.connect()
     try:
-        alerts = run_alerts(con, [partition] if partition else None)
+        alerts = run_alerts(con, partitions)
     finally:
         con.close()
     try:
-        done = deliver(alerts, urls, state_path(root))
+        done = deliver(alerts, urls, state_path(warehouse.root_path))
     except NotifyConfigError as exc:
         context.log.error(str(exc))
-        return SkipReason(str(exc))
+        return SensorResult(skip_reason=str(exc), cursor=cursor)
     for line in done.lines():
         (context.log.warning if line.startswith("notification failed") else context.log.info)(line)
     if not done.sent and not done.failed:
-        return SkipReason(f"no new alert ({len(alerts)} raised, {done.already} sent before)")
-    return None
+        why = f"no new alert in {', '.join(partitions)} ({len(alerts)} raised, {done.already} sent before)"
+        return SensorResult(skip_reason=why, cursor=cursor)
+    return SensorResult(cursor=cursor)

@@ -1,8 +1,8 @@
 """``python -m pipelines.demo`` (``make demo``): every run under the logs root, through Dagster.
 
 Each immediate subdirectory of the logs root (default ``sample_logs/``) is a run. The demo adds
-a ``runs`` partition per run, executes the per-run job for each partition and then the cross-run
-job, in process, against the persistent instance at ``$DAGSTER_HOME`` (default
+a ``runs`` partition per run, executes the per-run jobs for each partition (its ingest, then its
+fit) and then the cross-run job, in process, against the persistent instance at ``$DAGSTER_HOME`` (default
 ``.dagster_home/``) so that ``make ui`` afterwards shows the runs, materializations and checks.
 It ends with where the warehouse is, a few headline figures and the time it took.
 """
@@ -25,7 +25,7 @@ from analyses.fit.fidelity_table import fidelity_table
 from pipelines.definitions import CATALOG_KEY, build_defs
 from pipelines.partitions import RUNS_PARTITIONS_NAME, is_valid_key, runs_by_id
 from pipelines.resources import DEFAULT_LOGS_ROOT, ENV_LOGS_ROOT, WarehouseResource
-from pipelines.sensors import CROSS_RUN_JOB_NAME, INGEST_JOB_NAME
+from pipelines.sensors import CROSS_RUN_JOB_NAME, FIT_RUN_JOB_NAME, INGEST_JOB_NAME
 
 DEFAULT_DAGSTER_HOME = ".dagster_home"
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -52,15 +52,16 @@ class CheckSummary:
 @dataclass
 class DemoResult:
     run_ids: list[str]
-    per_run: dict[str, ExecuteInProcessResult]
+    per_run: dict[str, ExecuteInProcessResult]  # each run's ingest job
     cross_run: ExecuteInProcessResult | None
     checks: CheckSummary
     per_run_seconds: float = 0.0
     cross_run_seconds: float = 0.0
+    per_run_fit: dict[str, ExecuteInProcessResult] = field(default_factory=dict)  # each run's fit job
 
     @property
     def success(self) -> bool:
-        results = [*self.per_run.values(), *([self.cross_run] if self.cross_run else [])]
+        results = [*self.per_run.values(), *self.per_run_fit.values(), *([self.cross_run] if self.cross_run else [])]
         return all(r.success for r in results)
 
 
@@ -71,9 +72,11 @@ def materialize_all(
     quiet: bool = True,
     tags: dict[str, str] | None = None,
     cross_run_keys: Sequence[AssetKey] | None = None,
+    fit: bool = True,
 ) -> DemoResult:
-    """Add a partition per run directory, run the per-run job per partition, then the cross-run job
-    (all of it, or only ``cross_run_keys``; an empty list skips it)."""
+    """Add a partition per run directory, run the per-run jobs per partition (its ingest, then, with
+    ``fit``, its fit), then the cross-run job (all of it, or only ``cross_run_keys``; an empty list
+    skips it)."""
     runs = [rid for rid in runs_by_id(logs_root) if is_valid_key(rid)]
     existing = set(instance.get_dynamic_partitions(RUNS_PARTITIONS_NAME))
     new = [r for r in runs if r not in existing]
@@ -83,7 +86,9 @@ def materialize_all(
     run_tags = {"polytrace/source": "demo", **(tags or {})}
     checks = CheckSummary()
     per_run: dict[str, ExecuteInProcessResult] = {}
+    fits: dict[str, ExecuteInProcessResult] = {}
     ingest_job = defs.resolve_job_def(INGEST_JOB_NAME)
+    fit_job = defs.resolve_job_def(FIT_RUN_JOB_NAME)
     # the catalog is refreshed once by the cross-run job below rather than after every run
     per_run_keys = [k for k in ingest_job.asset_layer.selected_asset_keys if k != CATALOG_KEY]
     t0 = time.perf_counter()
@@ -98,6 +103,11 @@ def materialize_all(
         )
         per_run[rid] = res
         _tally(res, rid, checks)
+        if fit and res.success:  # what the cross_run_automation sensor starts after an ingest
+            fits[rid] = fit_job.execute_in_process(
+                partition_key=rid, instance=instance, run_config=run_config, tags=run_tags, raise_on_error=False
+            )
+            _tally(fits[rid], rid, checks)
     t1 = time.perf_counter()
     cross = None
     cross_job = defs.resolve_job_def(CROSS_RUN_JOB_NAME)
@@ -111,7 +121,7 @@ def materialize_all(
             asset_selection=selected,
         )
         _tally(cross, "cross-run", checks)
-    return DemoResult(runs, per_run, cross, checks, t1 - t0, time.perf_counter() - t1)
+    return DemoResult(runs, per_run, cross, checks, t1 - t0, time.perf_counter() - t1, fits)
 
 
 def _tally(res: ExecuteInProcessResult, label: str, into: CheckSummary) -> None:
@@ -131,7 +141,7 @@ def headline_figures(root: Path) -> list[tuple[str, object]]:
         con.close()
 
 
-def _run_line(rid: str, res: ExecuteInProcessResult) -> str:
+def _run_line(rid: str, res: ExecuteInProcessResult, fit: ExecuteInProcessResult | None = None) -> str:
     mats = {e.asset_key.to_user_string(): e for e in res.get_asset_materialization_events()}
 
     def rows(table: str) -> int:
@@ -142,6 +152,8 @@ def _run_line(rid: str, res: ExecuteInProcessResult) -> str:
         return int(v.value) if v is not None else 0
 
     status = "ok" if res.success else "FAILED"
+    if fit is not None and not fit.success:
+        status += ", fit FAILED"
     return (
         f"  {rid}: {status}  files={rows('source_files')} steps={rows('steps')} samples={rows('samples')} "
         f"tool_calls={rows('tool_calls')} gpu_samples={rows('gpu_samples')} rejects={rows('rejects')}"
@@ -214,13 +226,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             logs_root,
             quiet=not args.verbose,
             cross_run_keys=[CATALOG_KEY] if args.ingest_only else None,
+            fit=not args.ingest_only,
         )
     print(
         f"ingested {len(result.run_ids)} run(s) from {logs_root} through Dagster "
         f"(per-run jobs {result.per_run_seconds:.1f}s, cross-run job {result.cross_run_seconds:.1f}s):"
     )
     for rid, res in result.per_run.items():
-        print(_run_line(rid, res))
+        print(_run_line(rid, res, result.per_run_fit.get(rid)))
     if result.cross_run is not None and not result.cross_run.success:
         print("  cross-run job: FAILED")
     n_checks = result.checks.passed + len(result.checks.failed)

@@ -46,6 +46,7 @@ from pipelines.partitions import (
 from pipelines.resources import WarehouseResource
 
 INGEST_JOB_NAME = "ingest_run_job"  # defined in pipelines.definitions (the per-run selection)
+FIT_RUN_JOB_NAME = "fit_run_job"  # defined in pipelines.definitions (the run's fit, after its ingest)
 CROSS_RUN_JOB_NAME = "cross_run_job"  # defined in pipelines.definitions (everything else)
 CROSS_RUN_AUTOMATION = "cross_run_automation"
 MIN_INTERVAL_SECONDS = 30
@@ -198,14 +199,16 @@ def run_dirs_sensor(context: SensorEvaluationContext, warehouse: WarehouseResour
     )
 
 
-def cross_run_automation(cross_run: AssetSelection) -> AutomationConditionSensorDefinition:
-    """Evaluates the cross-run assets' ``AutomationCondition.eager()``: once the per-run tables of
-    some run were materialized (by the run-directory sensor, the UI, the demo or a backfill) and no
-    upstream is still in progress, the catalog, views, report, fits and exports refresh once."""
+def cross_run_automation(target: AssetSelection) -> AutomationConditionSensorDefinition:
+    """Evaluates the ``AutomationCondition.eager()`` of everything after the ingest: once the
+    per-run tables of some run were materialized (by the run-directory sensor, the UI, the demo or
+    a backfill) and no upstream is still in progress, that run's fit runs, and the catalog, views,
+    report, fits and exports refresh once."""
     return AutomationConditionSensorDefinition(
         CROSS_RUN_AUTOMATION,
-        target=cross_run,
+        target=target,
         default_status=DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=MIN_INTERVAL_SECONDS,
-        description="Refreshes the cross-run assets (catalog, characterization, fits, exports) after ingests.",
+        description="Fits each run after its ingest, and refreshes the cross-run assets (catalog, "
+        "characterization, fits, exports) after ingests.",
     )

@@ -172,9 +172,11 @@ def test_alert_checks_red_with_detail_in_the_per_run_job(tmp_path: Path) -> None
 
 def test_notification_sensor_sends_a_partitions_new_alerts_once(tmp_path: Path, receiver: Receiver,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """The run-status sensor, on a successful per-run job of a collapsing run, sends its alerts once;
-    nothing for a healthy partition; a skip reason (no crash) without $POLYTRACE_NOTIFY."""
-    from dagster import DagsterEventType, DagsterInstance, SkipReason, build_run_status_sensor_context
+    """The sensor follows `steps` materializations: each tick sends the new alerts of the partitions
+    materialized since its cursor, once; nothing for a healthy partition; a skip (no crash) without
+    $POLYTRACE_NOTIFY, or with nothing new; two partitions materialized between two ticks are both
+    read (a plain asset sensor would see only the latest)."""
+    from dagster import DagsterInstance, SensorResult, build_sensor_context
 
     from pipelines import alerts as pa
     from pipelines.definitions import build_defs
@@ -184,22 +186,30 @@ def test_notification_sensor_sends_a_partitions_new_alerts_once(tmp_path: Path, 
     logs = tmp_path / "logs"
     _console_log(logs / "collapse" / "train.log", [1000.0] * 10 + [1.0] * 10, [0.5] * 20)
     _console_log(logs / "healthy" / "train.log", [1000.0 + i for i in range(20)], [0.5] * 20)
+    _console_log(logs / "falls" / "train.log", [800.0] * 12 + [2.0] * 8, [0.5] * 20)
     res_def = WarehouseResource(root=str(tmp_path / "wh"), logs_root=str(logs))
     job = build_defs(warehouse=res_def).resolve_job_def(INGEST_JOB_NAME)
     with DagsterInstance.ephemeral() as inst:
-        inst.add_dynamic_partitions("runs", ["collapse", "healthy"])
+        inst.add_dynamic_partitions("runs", ["collapse", "healthy", "falls"])
+        cursor: list[str | None] = [None]
 
-        def tick(part: str) -> object:
-            r = job.execute_in_process(instance=inst, partition_key=part)
-            ev = next(e for e in r.all_events if e.event_type == DagsterEventType.RUN_SUCCESS)
-            ctx = build_run_status_sensor_context(sensor_name=pa.NOTIFY_SENSOR, dagster_event=ev, dagster_instance=inst,
-                                                  dagster_run=r.dagster_run, resources={"warehouse": res_def})
-            return pa.health_alert_notifications(ctx)
+        def tick(*parts: str) -> SensorResult:
+            for part in parts:
+                job.execute_in_process(instance=inst, partition_key=part)
+            res = pa.health_alert_notifications(
+                build_sensor_context(instance=inst, cursor=cursor[0], resources={"warehouse": res_def}))
+            assert isinstance(res, SensorResult)
+            cursor[0] = res.cursor
+            return res
 
         monkeypatch.delenv("POLYTRACE_NOTIFY", raising=False)
-        assert isinstance(tick("collapse"), SkipReason) and receiver.messages == []
+        assert "POLYTRACE_NOTIFY" in str(tick("collapse").skip_reason) and receiver.messages == []
         monkeypatch.setenv("POLYTRACE_NOTIFY", receiver.url)
-        assert tick("healthy") is not None and receiver.messages == []  # a skip: nothing raised
-        assert tick("collapse") is None and len(receiver.messages) == 1
+        assert "no new alert" in str(tick("healthy").skip_reason) and receiver.messages == []
+        assert tick("collapse").skip_reason is None and len(receiver.messages) == 1
         assert "response_length_collapse" in receiver.messages[0]["title"]
-        assert isinstance(tick("collapse"), SkipReason) and len(receiver.messages) == 1
+        assert receiver.messages[0]["message"].startswith("Run collapse:")
+        assert "no new alert" in str(tick("collapse").skip_reason) and len(receiver.messages) == 1
+        assert "since the last tick" in str(tick().skip_reason) and len(receiver.messages) == 1
+        tick("healthy", "falls")
+        assert len(receiver.messages) == 2 and receiver.messages[1]["message"].startswith("Run falls:")

@@ -32,7 +32,7 @@ from pipelines.partitions import (
     scan_runs,
 )
 from pipelines.resources import WarehouseResource
-from pipelines.sensors import INGEST_JOB_NAME, RunDirState, plan_tick, run_dirs_sensor
+from pipelines.sensors import FIT_RUN_JOB_NAME, INGEST_JOB_NAME, RunDirState, plan_tick, run_dirs_sensor
 
 # The committed snapshot. A stage that adds assets or checks updates these lists on purpose.
 # the characterize stage (pipelines/assets/characterize.py): one asset per view group and the report
@@ -54,7 +54,7 @@ CHARACTERIZE_KEYS = [
 ]
 # the fit and export stages (pipelines/assets/fit.py, export.py): specs + fidelity, every export format
 FIT_KEYS = ["workload_exports", "workload_specs"]
-# one run's fit, done in the run's ingest job (cached by content: the cross-run fit only combines)
+# one run's fit, its own job after the run's ingest (cached by content: the cross-run fit only combines)
 PER_RUN_FIT_KEYS = ["run_workload"]
 EXPECTED_ASSET_KEYS = sorted(
     [
@@ -147,7 +147,7 @@ def test_code_location_loads_like_dagster_dev(tmp_path: Path, monkeypatch: pytes
         checks = sorted(f"{c.asset_key.to_user_string()}:{c.name}" for c in repo.get_asset_check_node_snaps())
         assert checks == EXPECTED_CHECK_KEYS
         assert sorted(s.name for s in repo.get_sensors()) == ["cross_run_automation", "health_alert_notifications", "run_dirs_sensor"]
-        assert {INGEST_JOB_NAME, CROSS_RUN_JOB_NAME} <= {j.name for j in repo.get_all_jobs()}
+        assert {INGEST_JOB_NAME, FIT_RUN_JOB_NAME, CROSS_RUN_JOB_NAME} <= {j.name for j in repo.get_all_jobs()}
         ws.asset_graph.validate_partitions()
 
 
@@ -174,10 +174,14 @@ def test_groups_partitions_and_jobs() -> None:
     ingest_job = defs.resolve_job_def(INGEST_JOB_NAME)
     assert ingest_job.partitions_def is not None and ingest_job.partitions_def.name == RUNS_PARTITIONS_NAME
     assert sorted(k.to_user_string() for k in ingest_job.asset_layer.selected_asset_keys) == sorted(
-        [*TABLE_KEYS, *PER_RUN_FIT_KEYS, "warehouse_catalog"]
+        [*TABLE_KEYS, "warehouse_catalog"]
     )
+    fit_job = defs.resolve_job_def(FIT_RUN_JOB_NAME)
+    assert fit_job.partitions_def is not None and fit_job.partitions_def.name == RUNS_PARTITIONS_NAME
+    assert sorted(k.to_user_string() for k in fit_job.asset_layer.selected_asset_keys) == PER_RUN_FIT_KEYS
     fit = graph.get(AssetKey("run_workload"))
     assert fit.group_name == "fit" and fit.partitions_def is not None and fit.partitions_def.name == RUNS_PARTITIONS_NAME
+    assert fit.automation_condition is not None  # cross_run_automation starts the fit after an ingest
     assert "run_workload" in {p.to_user_string() for p in graph.get(AssetKey("workload_specs")).parent_keys}
     cross = defs.resolve_job_def(CROSS_RUN_JOB_NAME)
     assert sorted(k.to_user_string() for k in cross.asset_layer.selected_asset_keys) == sorted(

@@ -96,10 +96,11 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
 
         # one materialization per table per run, with metadata
         tiny = result.per_run["tiny-run"]
-        assert {e.asset_key.to_user_string() for e in tiny.get_asset_materialization_events()} == {*TABLES, "run_workload"}
-        # the run's own fit is done in its ingest job; a step log with length summaries but no batch size
+        assert {e.asset_key.to_user_string() for e in tiny.get_asset_materialization_events()} == set(TABLES)
+        # the run's own fit is its own job after the ingest; a step log with length summaries but no batch size
         # cannot be fitted from them, and says what to add
-        fit = _mat(tiny, "run_workload").metadata
+        assert sorted(result.per_run_fit) == ["bad-run", "tiny-run"]
+        fit = _mat(result.per_run_fit["tiny-run"], "run_workload").metadata
         assert fit["skipped"].value == (
             "tiny-run: the batch's sample count is not in the logs (no config dump with the train batch size, no "
             "token count with prompt lengths); set train_batch_size and rollout_n in run.toml")
@@ -144,17 +145,22 @@ def test_tiny_runs_end_to_end(tmp_path: Path, tiny_logs: Path) -> None:
 
 def test_cross_run_assets_refresh_after_ingests(tmp_path: Path, tiny_logs: Path) -> None:
     """Declarative automation: nothing to do before any ingest; after ingests (however launched)
-    the catalog is requested, and once the cross-run assets ran it is not requested again."""
+    the catalog and each ingested run's fit are requested, and once they ran they are not requested
+    again."""
     defs, _root = _defs(tmp_path, tiny_logs)
+    fit_key = AssetKey("run_workload")
     with DagsterInstance.ephemeral() as instance:
         first = evaluate_automation_conditions(defs, instance)
         catalog = first.get_num_requested(CATALOG_KEY)
-        materialize_all(defs, instance, tiny_logs, cross_run_keys=[])  # two ingest runs, no cross-run job
+        assert first.get_num_requested(fit_key) == 0  # no partition yet
+        # two ingest runs, no fit, no cross-run job
+        materialize_all(defs, instance, tiny_logs, cross_run_keys=[], fit=False)
         after = evaluate_automation_conditions(defs, instance, cursor=first.cursor)
         assert after.get_num_requested(CATALOG_KEY) == 1
-        materialize_all(defs, instance, tiny_logs, cross_run_keys=[CATALOG_KEY])  # ingests, then the catalog
+        assert after.get_requested_partitions(fit_key) == {"bad-run", "tiny-run"}
+        materialize_all(defs, instance, tiny_logs, cross_run_keys=[CATALOG_KEY])  # ingests, fits, the catalog
         settled = evaluate_automation_conditions(defs, instance, cursor=after.cursor)
-        assert settled.get_num_requested(CATALOG_KEY) == 0
+        assert settled.get_num_requested(CATALOG_KEY) == 0 and settled.get_num_requested(fit_key) == 0
     assert catalog in (0, 1)  # on an empty instance a missing catalog may be requested once
 
 
@@ -263,8 +269,9 @@ def test_demo_corpus_through_dagster_matches_library(tmp_path: Path, monkeypatch
     assert result.cross_run is not None
     cross = {e.asset_key for e in result.cross_run.get_asset_materialization_events()}
     assert cross == set(defs.resolve_job_def("cross_run_job").asset_layer.selected_asset_keys)
-    # each run was fitted in its own ingest job; the cross-run fit only combined them
-    fitted = {r: _mat(p, "run_workload").metadata for r, p in result.per_run.items()}
+    # each run was fitted in its own fit job after its ingest; the cross-run fit only combined them
+    assert sorted(result.per_run_fit) == sorted(runs)
+    fitted = {r: _mat(p, "run_workload").metadata for r, p in result.per_run_fit.items()}
     # every run with lengths has a workload: the per-sample ones from their samples, the verl console,
     # file-logger and agentic runs from their per-step summaries, with the fitted quantiles beside the logged ones
     assert {r for r, m in fitted.items() if "spec" in m} == set(runs)

@@ -100,7 +100,9 @@ def run_fit_metadata(f: RunFit) -> dict[str, Any]:
     partitions_def=runs_partitions,
     deps=[AssetKey(t) for t in ("samples", "turns", "tool_calls", "rank_times", "steps", "step_metrics", "runs")],
     kinds={"scipy", "json"},
-    description="One run's fit, done with its ingest: its PolyTrace spec (`fits/<run>.spec.json`) and its "
+    automation_condition=AutomationCondition.eager(),
+    description="One run's fit, after its ingest (its own job, `fit_run_job`, so a live run's next refresh and "
+    "alerts never wait for it): its PolyTrace spec (`fits/<run>.spec.json`) and its "
     "rolling-origin fidelity, ours beside PolyTrace's histogram resampler; a run that logged only per-step "
     "summaries is fitted from those (metadata `fitted_from`, and `summary_check`: the fitted per-step quantiles "
     "against the logged min / mean / max), with its step-time model where it has step times. Kept in `fits/cache/<run>/` keyed by the run's input files, run.toml facts, fitting "

@@ -1,6 +1,8 @@
 """The per-run ingest job with its steps on a Ray cluster (``POLYTRACE_EXECUTOR=ray``, dagster-ray's
-executor): two partitions land exactly as with the default in-process executor, and every step ran
-as a Ray job."""
+executor): a partition lands exactly as with the default in-process executor, and every step ran as
+a Ray job. One partition of two: every step is a fresh Ray job importing Dagster (about 10 s each
+on 2 cores), so a second partition doubled the test's minutes and proved nothing the first does
+not (partitions are independent runs; their parallel ingest is tested in-process)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pipelines.partitions import RUNS_PARTITIONS_NAME
 from pipelines.sensors import INGEST_JOB_NAME
 
 RUN_IDS = ["run-0", "run-1"]
+MATERIALIZED = ["run-1"]  # the partition the job runs; run-0 is a partition that must stay untouched
 
 
 def _logs(root: Path) -> Path:
@@ -41,7 +44,7 @@ def _materialize(env: dict[str, str], dagster_home: Path) -> None:
     dagster_home.mkdir(exist_ok=True)
     with DagsterInstance.from_config(str(dagster_home)) as instance:
         instance.add_dynamic_partitions(RUNS_PARTITIONS_NAME, RUN_IDS)
-    for rid in RUN_IDS:
+    for rid in MATERIALIZED:
         proc = subprocess.run(
             [sys.executable, "-m", "dagster", "job", "execute", "-m", "pipelines.definitions", "-j", INGEST_JOB_NAME,
              "--tags", json.dumps({"dagster/partition": rid})],
@@ -70,9 +73,9 @@ def test_ingest_partitions_on_ray_land_as_in_process(tmp_path: Path) -> None:
         _materialize({**base, "POLYTRACE_WAREHOUSE": str(tmp_path / "ray"), ENV_EXECUTOR: "ray",
                       ENV_RAY_ADDRESS: head.dashboard}, tmp_path / "home-ray")
         jobs = [j for j in JobSubmissionClient(head.dashboard).list_jobs() if (j.metadata or {}).get("dagster/job")]
-    assert sorted(published_runs(tmp_path / "ray")) == RUN_IDS
+    assert sorted(published_runs(tmp_path / "ray")) == MATERIALIZED
     assert_same_tables(tmp_path / "local", tmp_path / "ray")
-    # every step of both runs (the ingest, its checks, the run's workload fit, the catalog) was a Ray job
+    # every step of the run (the ingest, its checks and health alerts, the catalog) was a Ray job
     steps = len(build_defs().resolve_job_def(INGEST_JOB_NAME).graph.node_defs)
-    assert len(jobs) == 2 * steps and {j.status for j in jobs} == {JobStatus.SUCCEEDED}
+    assert len(jobs) == len(MATERIALIZED) * steps and {j.status for j in jobs} == {JobStatus.SUCCEEDED}
     assert {j.metadata["dagster/job"] for j in jobs} == {INGEST_JOB_NAME}

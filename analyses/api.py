@@ -342,6 +342,18 @@ class PolyTrace:
         finally:
             con.close()
 
+    def sections(self, group_names: Sequence[str], runs: Sequence[str] | None = None) -> dict[str, Section]:
+        """Several view groups' sections (:meth:`section`) on one connection, the views they share
+        materialized once, as the report builds them."""
+        from analyses.report import group_sections
+
+        con = self.connect()
+        try:
+            chosen = list(runs) if runs is not None else [r[0] for r in con.sql("SELECT run_id FROM runs ORDER BY 1").fetchall()]
+            return group_sections(con, list(group_names), chosen)
+        finally:
+            con.close()
+
     # ------------------------------------------------------------------ report
 
     def report(self, out: Path | None = None, runs: Iterable[str] | None = None, png: bool = True,

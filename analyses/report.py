@@ -234,6 +234,17 @@ def build_sections(con: duckdb.DuckDBPyConnection, runs: list[str], progress: Wo
     return out
 
 
+def group_sections(con: duckdb.DuckDBPyConnection, names: list[str], runs: list[str]) -> dict[str, Section]:
+    """The sections of the view groups ``names`` (every view read once, the shared views
+    materialized once when there are several), by group name."""
+    read = view_reader(con, runs)
+    chosen = [g for g in view_groups() if g.name in names]
+    if len(chosen) < 2:
+        return {g.name: group_section(con, g, runs, read) for g in chosen}
+    with shared_views_once(con, runs):
+        return {g.name: group_section(con, g, runs, read) for g in chosen}
+
+
 def report_steps(runs: list[str], png: bool) -> int:
     """How many progress steps :func:`build_report` reports: sections, the comparison, the PNGs."""
     return len(view_groups()) + (len(runs) > 1) + bool(png)

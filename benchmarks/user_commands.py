@@ -11,6 +11,11 @@ Sections (``--only`` picks some):
   verl-video steps, renumbered 1..315; the repo's ``sample_logs/polytrace-math-dapo`` steps when
   the real logs are absent) into a fresh warehouse, against a plain ``json.loads`` loop over the
   same files in its own process.
+* ``report`` (target 4, only with ``--large``): ``polytrace report --no-png`` over a warehouse of
+  ``--report-rows`` samples (the real runs of ``bench_all.py``'s views section, replicated; 51 M by
+  default, built once under ``--work``) with the default memory bound, against the same command
+  with DuckDB's own default (``POLYTRACE_MEMORY_LIMIT=80%``, what it did before the bound):
+  peak RSS and the time ratio.
 * ``demo`` (target 6): ``python -m pipelines.demo`` (what ``make demo`` runs once installed) on a
   fresh warehouse and Dagster instance: its wall time and its cross-run job as it prints it.
 * ``large`` (targets 2 and 5, only with ``--large``): a verl console log of ``--size-gb`` (the
@@ -293,15 +298,37 @@ def section_large(work: Path, size_gb: float, v2_gb: float, repeat: int, results
     shutil.rmtree(wh, ignore_errors=True)
 
 
+def section_report(work: Path, rows: int, repeat: int, results: list[Result]) -> None:
+    from bench_all import build_views_warehouse
+
+    wh = work / f"views_{rows}"
+    n = build_views_warehouse(wh, rows)
+    out = work / "report_bench.html"
+    cmd = [POLYTRACE, "report", "--warehouse", str(wh), "--no-png", "-q", "--out", str(out)]
+    got = interleaved({"bounded (default)": (cmd, None, None),
+                       "DuckDB's default (80% of RAM)": (cmd, {"POLYTRACE_MEMORY_LIMIT": "80%"}, None)}, repeat)
+    for k, runs in got.items():
+        print(f"  report over {n:,} samples, {k}: best {best(runs):.1f} s {shown(runs)}, "
+              f"peak RSS {max(r.rss_mb for r in runs):,.0f} MB", flush=True)
+    lo = load()
+    bounded = got["bounded (default)"]
+    results.append(Result("4", f"report over {n / 1e6:.0f} M samples: peak RSS, default memory bound",
+                          max(r.rss_mb for r in bounded), 4096, "MB", False, lo))
+    results.append(Result("4", f"report over {n / 1e6:.0f} M samples: time bounded / unbounded",
+                          best(bounded) / best(got["DuckDB's default (80% of RAM)"]), 1.3, "x", False, lo))
+
+
 # ---------------------------------------------------------------------------- main
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="startup,small,demo,large", help="sections (default: all; large needs --large)")
+    ap.add_argument("--only", default="startup,small,demo,large,report",
+                    help="sections (default: all; large and report need --large)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of each command, best taken (>= 3; default 5)")
     ap.add_argument("--quick", action="store_true", help="3 runs each, no demo")
-    ap.add_argument("--large", action="store_true", help="also the large inputs (targets 2 and 5)")
+    ap.add_argument("--large", action="store_true", help="also the large inputs (targets 2, 4 and 5)")
+    ap.add_argument("--report-rows", type=int, default=51_000_000, help="samples for the report section (target 4)")
     ap.add_argument("--size-gb", type=float, default=0.3, help="verl console log size for --large (issue: 0.6)")
     ap.add_argument("--v2-gb", type=float, default=0.25, help="v2 JSONL size for --large (issue: 1.0)")
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("POLYTRACE_BENCH_WORK", "/tmp/polytrace-bench")))
@@ -314,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         only.discard("demo")
     if not a.large:
-        only.discard("large")
+        only -= {"large", "report"}
     a.work.mkdir(parents=True, exist_ok=True)
     if not Path(POLYTRACE).exists():
         raise SystemExit(f"{POLYTRACE}: not installed (make install)")
@@ -325,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     sections = (("startup", lambda: section_startup(a.work, a.repeat, results)),
                 ("small", lambda: section_small(a.work, a.repeat, results)),
                 ("large", lambda: section_large(a.work, a.size_gb, a.v2_gb, min(a.repeat, 3), results)),
+                ("report", lambda: section_report(a.work, a.report_rows, min(a.repeat, 3), results)),
                 ("demo", lambda: section_demo(a.work, min(a.repeat, 3), results)))
     for name, fn in sections:
         if name in only:

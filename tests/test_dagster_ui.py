@@ -29,13 +29,14 @@ WEBSERVER = Path(sys.executable).with_name("dagster-webserver")
 pytestmark = pytest.mark.slow
 
 _MATERIALIZE = textwrap.dedent("""
-    from dagster import DagsterInstance, materialize
+    from dagster import AssetKey, DagsterInstance, materialize
     from pipelines.assets import characterize as C
     from pipelines.resources import WarehouseResource
     from pipelines.assets.compare import run_comparison
     with DagsterInstance.get() as instance:
-        res = materialize([a for a in C.GROUP_ASSETS if a.key.path[-1] == "lengths_view"]
-                          + [C.characterization_report, run_comparison], instance=instance,
+        res = materialize([C.characterize, run_comparison], instance=instance,
+                          selection=[AssetKey("lengths_view"), AssetKey("characterization_report"),
+                                     AssetKey("run_comparison")],
                           resources={"warehouse": WarehouseResource.from_env()})
         assert res.success
 """)

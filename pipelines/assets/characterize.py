@@ -4,6 +4,12 @@ The group assets are derived from :func:`analyses.views.view_groups`: a new view
 is a new asset with nothing to add here. Each reads its views across every run (unpartitioned:
 the views are cross-run) and records what a person wants to see in the UI: the headline numbers
 as a markdown table, the views' definitions, the group's key figures and its report section.
+
+They and the report are one subsettable multi-asset: the report is built from the groups'
+sections, so computing them once (one connection, the shared views materialized once) and
+reading each group's metadata off them halves the stage's time against an asset per group each
+recomputing its section, then the report recomputing all of them. Materializing one group alone
+computes only that group's section.
 """
 
 # No `from __future__ import annotations` here: Dagster checks the `context` annotation of an
@@ -11,22 +17,23 @@ as a markdown table, the views' definitions, the group's key figures and its rep
 
 import base64
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from dagster import (
     AssetExecutionContext,
     AssetKey,
-    AssetsDefinition,
+    AssetSpec,
     AutomationCondition,
     MaterializeResult,
     MetadataValue,
-    asset,
+    multi_asset,
 )
 
-from analyses.api import REPORT_NAME
+from analyses.api import REPORT_NAME, PolyTrace
 from analyses.markdown import markdown_table
-from analyses.report import png_specs, write_pngs
+from analyses.report import ReportResult, Section, png_specs, write_pngs
 from analyses.views import ViewGroup, view_groups
 from pipelines.report_server import url_for
 from pipelines.resources import WarehouseResource
@@ -49,9 +56,9 @@ def _views_md(group: ViewGroup) -> str:
     return "\n".join(f"- `{v.name}`: {v.doc}" for v in group.views)
 
 
-def _group_asset(group: ViewGroup) -> AssetsDefinition:
-    @asset(
-        name=f"{group.name}_view",
+def _group_spec(group: ViewGroup) -> AssetSpec:
+    return AssetSpec(
+        key=f"{group.name}_view",
         group_name=CHARACTERIZE_GROUP,
         deps=[CATALOG],
         kinds={"duckdb", "plotly"},
@@ -59,66 +66,84 @@ def _group_asset(group: ViewGroup) -> AssetsDefinition:
         description=f"{group.title}: {group.question} Views: {', '.join(f'`{v.name}`' for v in group.views)} "
         f"(query them by name in the catalog). Needs {group.needs}.",
     )
-    def _view(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
-        pt = warehouse.polytrace
-        section = pt.section(group.name)
-        runs = pt.run_ids()
-        meta: dict[str, Any] = {
-            "runs": MetadataValue.int(len(runs)),
-            "headline_rows": MetadataValue.int(section.headline.height),
-            "headline": MetadataValue.md(
-                markdown_table(section.headline, n=HEADLINE_ROWS, max_chars=80)
-                if not section.empty else f"_No data in any run: needs {group.needs}._"
-            ),
-            "views": MetadataValue.md(_views_md(group)),
-            "report_section": MetadataValue.url(url_for(pt.layout.reports / REPORT_NAME, pt.layout.reports, group.name)),
-        }
-        key_figs, _per_run_left_out = png_specs(section.figures, runs)
-        if os.environ.get(ENV_PNG, "1").strip().lower() in ("0", "false", "no"):
-            pngs, note = {}, f"PNG export disabled (${ENV_PNG}=0)"
-        else:
-            pngs, note = write_pngs(key_figs, pt.layout.reports / "png", width=PNG_WIDTH, keep_browser=True)
-        if pngs:
-            # inline, so the UI shows them ([Show Markdown]); browsers block file:// links
-            meta["figures"] = MetadataValue.md(figures_markdown(pngs))
-            meta["figure_files"] = MetadataValue.md("\n".join(f"- `{p}`" for p in pngs.values()))
-        elif note and key_figs:
-            meta["figure_note"] = MetadataValue.text(note)
-        context.log.info(f"{group.name}: {section.headline.height} headline row(s), {len(section.figures)} figure(s)")
-        return MaterializeResult(metadata=meta)
-
-    return _view
 
 
-# load_assets_from_modules finds assets inside module-level lists too
-GROUP_ASSETS: list[AssetsDefinition] = [_group_asset(g) for g in view_groups()]
-
-
-@asset(
+GROUP_SPECS: dict[str, AssetSpec] = {g.name: _group_spec(g) for g in view_groups()}
+REPORT_SPEC = AssetSpec(
+    key="characterization_report",
     group_name=CHARACTERIZE_GROUP,
-    deps=[a.key for a in GROUP_ASSETS],
+    deps=[s.key for s in GROUP_SPECS.values()],
     kinds={"html", "plotly"},
     automation_condition=AutomationCondition.eager(),
     description="One self-contained HTML file (plotly.js embedded, opens offline) with a section per view group "
     "and a cross-run comparison; the same as `polytrace report`.",
 )
-def characterization_report(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
-    # the group assets wrote the key PNGs already; the report only needs the HTML
-    res = warehouse.polytrace.report(png=False)
+
+
+def _group_metadata(pt: PolyTrace, group: ViewGroup, section: Section, runs: list[str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "runs": MetadataValue.int(len(runs)),
+        "headline_rows": MetadataValue.int(section.headline.height),
+        "headline": MetadataValue.md(
+            markdown_table(section.headline, n=HEADLINE_ROWS, max_chars=80)
+            if not section.empty else f"_No data in any run: needs {group.needs}._"
+        ),
+        "views": MetadataValue.md(_views_md(group)),
+        "report_section": MetadataValue.url(url_for(pt.layout.reports / REPORT_NAME, pt.layout.reports, group.name)),
+    }
+    key_figs, _per_run_left_out = png_specs(section.figures, runs)
+    if os.environ.get(ENV_PNG, "1").strip().lower() in ("0", "false", "no"):
+        pngs, note = {}, f"PNG export disabled (${ENV_PNG}=0)"
+    else:
+        pngs, note = write_pngs(key_figs, pt.layout.reports / "png", width=PNG_WIDTH, keep_browser=True)
+    if pngs:
+        # inline, so the UI shows them ([Show Markdown]); browsers block file:// links
+        meta["figures"] = MetadataValue.md(figures_markdown(pngs))
+        meta["figure_files"] = MetadataValue.md("\n".join(f"- `{p}`" for p in pngs.values()))
+    elif note and key_figs:
+        meta["figure_note"] = MetadataValue.text(note)
+    return meta
+
+
+def _report_metadata(pt: PolyTrace, res: ReportResult) -> dict[str, Any]:
     empty = [s.title for s in res.sections if s.empty]
-    context.log.info(f"report {res.path}: {len(res.sections)} sections, {res.n_figures} figures")
-    alerts = warehouse.polytrace.view("health_alerts").select("run_id", "kind", "first_step", "last_step", "detail")
-    return MaterializeResult(
-        metadata={
-            # what a reader looks for first: did any run's training go wrong (health_alerts)
-            "health_alerts": MetadataValue.md(markdown_table(alerts, n=HEADLINE_ROWS, max_chars=160)
-                                              if alerts.height else "_No health alert in any run._"),
-            "path": MetadataValue.path(str(res.path)),
-            "url": MetadataValue.url(url_for(res.path, warehouse.polytrace.layout.reports)),
-            "comparison_section": MetadataValue.url(url_for(res.path, warehouse.polytrace.layout.reports, "compare")),
-            "sections": MetadataValue.int(len(res.sections)),
-            "figures": MetadataValue.int(res.n_figures),
-            "bytes": MetadataValue.int(res.path.stat().st_size),
-            "empty_sections": MetadataValue.text(", ".join(empty) or "(none)"),
-        }
-    )
+    alerts = pt.view("health_alerts").select("run_id", "kind", "first_step", "last_step", "detail")
+    return {
+        # what a reader looks for first: did any run's training go wrong (health_alerts)
+        "health_alerts": MetadataValue.md(markdown_table(alerts, n=HEADLINE_ROWS, max_chars=160)
+                                          if alerts.height else "_No health alert in any run._"),
+        "path": MetadataValue.path(str(res.path)),
+        "url": MetadataValue.url(url_for(res.path, pt.layout.reports)),
+        "comparison_section": MetadataValue.url(url_for(res.path, pt.layout.reports, "compare")),
+        "sections": MetadataValue.int(len(res.sections)),
+        "figures": MetadataValue.int(res.n_figures),
+        "bytes": MetadataValue.int(res.path.stat().st_size),
+        "empty_sections": MetadataValue.text(", ".join(empty) or "(none)"),
+    }
+
+
+@multi_asset(
+    specs=[*GROUP_SPECS.values(), REPORT_SPEC],
+    name="characterize",
+    can_subset=True,
+    description="Every view group's headline, figures and report section, and the HTML report built from them.",
+)
+def characterize(context: AssetExecutionContext, warehouse: WarehouseResource) -> Iterator[MaterializeResult]:
+    pt = warehouse.polytrace
+    selected = context.selected_asset_keys
+    groups = [g for g in view_groups() if GROUP_SPECS[g.name].key in selected]
+    res = None
+    if REPORT_SPEC.key in selected:
+        # the group assets' PNGs are written below; the report only needs the HTML
+        res = pt.report(png=False)
+        sections = {s.group: s for s in res.sections}
+        context.log.info(f"report {res.path}: {len(res.sections)} sections, {res.n_figures} figures")
+    else:
+        sections = pt.sections([g.name for g in groups])
+    runs = pt.run_ids()
+    for g in groups:
+        section = sections[g.name]
+        context.log.info(f"{g.name}: {section.headline.height} headline row(s), {len(section.figures)} figure(s)")
+        yield MaterializeResult(asset_key=GROUP_SPECS[g.name].key, metadata=_group_metadata(pt, g, section, runs))
+    if res is not None:
+        yield MaterializeResult(asset_key=REPORT_SPEC.key, metadata=_report_metadata(pt, res))

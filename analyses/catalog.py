@@ -3,7 +3,10 @@
 Two forms of the same views:
 
 - ``connect`` gives an in-memory connection (absolute paths), so queries never contend for a
-  file; with ``sandbox`` it can read those files and nothing else.
+  file; with ``sandbox`` it can read those files and nothing else. Given a ``snapshot``
+  directory it starts from a private copy of the catalog file instead, when that file's derived
+  views are exactly this code's (a stamp in the file says so): creating the views binds each
+  one against the Parquet files, most of a query command's start-up.
 - ``refresh_catalog`` rewrites ``<root>/polytrace.duckdb`` for any DuckDB client, under an OS
   file lock so parallel ingests never meet DuckDB's single-writer lock. Its paths are relative
   to the warehouse directory, so a copied or moved warehouse still opens (``cd warehouse &&
@@ -20,7 +23,9 @@ base tables.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import shutil
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -37,6 +42,13 @@ from analyses.warehouse import ReaderLease, TableFile, published_runs, reader_le
 
 CATALOG_NAME = "polytrace.duckdb"
 STORAGE_VERSION = "v1.0.0"  # the catalog file opens in DuckDB 1.0 and later
+# what the catalog file says about itself: the digest (:func:`views_digest`) of the derived views
+# it was last written with; only a snapshot reads it, and removes it from its copy
+STAMP_SCHEMA = "polytrace_catalog"
+STAMP_TABLE = f"{STAMP_SCHEMA}.derived_views"
+# the snapshot's file name: DuckDB names a database after its file, and the in-memory connection's
+# database is "memory", so information_schema and duckdb_views() read the same either way
+SNAPSHOT_NAME = "memory.duckdb"
 
 
 class DerivedView(Protocol):
@@ -94,8 +106,21 @@ def all_ddl(root: Path, views: Iterable[DerivedView] = (), relative: bool = Fals
     ``comments`` adds each table's, column's and view's description (:func:`comment_ddl`)."""
     ddl, files = base_table_ddl(root, relative)
     views = list(views)
-    ddl += [f'CREATE OR REPLACE VIEW "{v.name}" AS {v.sql}' for v in views]
+    ddl += view_ddl(views)
     return (ddl + comment_ddl(views) if comments else ddl), files
+
+
+def view_ddl(views: Iterable[DerivedView]) -> list[str]:
+    """``CREATE OR REPLACE VIEW`` for each derived view, in the order given."""
+    return [f'CREATE OR REPLACE VIEW "{v.name}" AS {v.sql}' for v in views]
+
+
+def views_digest(views: Iterable[DerivedView]) -> str:
+    """SHA-256 of the derived views' DDL and comments as this code writes them: equal digests,
+    the same views (a catalog file written by another version of PolyTrace differs)."""
+    views = list(views)
+    stmts = view_ddl(views) + _view_comment_ddl(views)
+    return hashlib.sha256("\n;\n".join(stmts).encode()).hexdigest()
 
 
 def comment_ddl(views: Iterable[DerivedView] = ()) -> list[str]:
@@ -108,8 +133,11 @@ def comment_ddl(views: Iterable[DerivedView] = ()) -> list[str]:
     for name in TABLES:
         out.append(f'COMMENT ON VIEW "{name}" IS {_sql_str(table_description(name))}')
         out.extend(f'COMMENT ON COLUMN "{name}"."{c}" IS {_sql_str(doc)}' for c, doc in column_docs(name).items() if doc)
-    out.extend(f'COMMENT ON VIEW "{v.name}" IS {_sql_str(v.doc)}' for v in views if v.doc)
-    return out
+    return out + _view_comment_ddl(views)
+
+
+def _view_comment_ddl(views: Iterable[DerivedView]) -> list[str]:
+    return [f'COMMENT ON VIEW "{v.name}" IS {_sql_str(v.doc)}' for v in views if v.doc]
 
 
 @contextmanager
@@ -142,9 +170,11 @@ def refresh_catalog(
     retries: int = 50,
     on_retry: Callable[[Exception], None] | None = None,
 ) -> Path:
-    """Rewrite the catalog file's base-table views (and ``views``, when given). Safe to call from
-    several processes at once. Derived views already in the file are kept: DuckDB binds a view's
-    SQL when it is queried, so they read the new base tables."""
+    """Rewrite the catalog file's base-table views (and ``views``, when given, with their digest:
+    :func:`connect` trusts a snapshot of the file only when it is its own views'). Safe to call
+    from several processes at once. Derived views already in the file are kept: DuckDB binds a
+    view's SQL when it is queried, so they read the new base tables."""
+    views = list(views)
     root.mkdir(parents=True, exist_ok=True)
     path = catalog_path(root)
     with _file_lock(root / ".catalog.lock"), reader_lease(root):  # binding the views reads the files
@@ -165,6 +195,9 @@ def refresh_catalog(
                 con.execute("BEGIN TRANSACTION")
                 for stmt in all_ddl(root, views, relative=True, comments=True)[0]:
                     con.execute(stmt)
+                if views:
+                    con.execute(f"CREATE SCHEMA IF NOT EXISTS {STAMP_SCHEMA}")
+                    con.execute(f"CREATE OR REPLACE TABLE {STAMP_TABLE} AS SELECT $1 AS sha256", [views_digest(views)])
                 con.execute("COMMIT")
             finally:
                 con.close()
@@ -174,8 +207,8 @@ def refresh_catalog(
 
 def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False,
             limits: ResourceLimits | None = None, spill: Path | None = None,
-            comments: bool | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with every base table and ``views`` by name.
+            comments: bool | None = None, snapshot: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection of its own with every base table and ``views`` by name.
 
     The connection holds a reader lease (:class:`analyses.warehouse.ReaderLease`) from before it
     reads the manifests until the connection object is gone: a re-ingest meanwhile keeps the files
@@ -187,21 +220,38 @@ def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False
     (:func:`analyses.sandbox.lock_down`, after the limits, so a query cannot raise them). ``comments``
     (default: with ``sandbox``, where a person queries) describes every table, column and view
     (:func:`comment_ddl`).
+
+    ``snapshot`` (an existing directory the caller removes afterwards): when the catalog file's
+    derived views are exactly ``views`` (its stamp, :func:`views_digest`) and it holds nothing
+    else, the connection opens a copy of it there (:func:`_snapshot`) and creates only the base
+    tables over the manifests it read, as the in-memory connection would: the derived views are
+    bound when a query reads them, not all of them before the first query runs. Otherwise, and
+    without ``snapshot``, it is an in-memory connection that creates every view.
     """
     limits = limits or resource_limits()
     spill = spill or new_scratch_path(root)
+    views = list(views)
+    comments = sandbox if comments is None else comments
     # a reader lease from before the manifests are read until the connection is gone: the files
     # of the versions it bound stay while it may read them, whatever re-ingests meanwhile
     lease = ReaderLease(root)
     try:
-        con = duckdb.connect(":memory:")
+        con = _snapshot(root, views, comments, snapshot) if snapshot is not None else None
+        if con is not None:
+            ddl, files = base_table_ddl(root)
+            ddl += comment_ddl(()) if comments else []
+            # the base tables over the files read now, with absolute paths (the file's are relative
+            # to the warehouse, and DuckDB would look for those in the working directory first)
+            ddl = ["BEGIN TRANSACTION", *ddl, f"DROP SCHEMA {STAMP_SCHEMA} CASCADE", "COMMIT"]
+        else:
+            con = duckdb.connect(":memory:")
+            ddl, files = all_ddl(root, views, comments=comments)
         apply_limits(con, limits, spill)
         # no DuckDB progress bar: it would write over our own progress display, and under --quiet too
         try:
             con.execute("SET enable_progress_bar = false")
         except duckdb.Error:  # in a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting at all
             pass
-        ddl, files = all_ddl(root, views, comments=sandbox if comments is None else comments)
         for stmt in ddl:
             con.execute(stmt)
         if sandbox:
@@ -211,3 +261,50 @@ def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False
         raise
     weakref.finalize(con, lease.release)
     return con
+
+
+def _snapshot(root: Path, views: list[DerivedView], comments: bool, into: Path) -> duckdb.DuckDBPyConnection | None:
+    """A connection to a private copy of the catalog file in ``into`` when the file holds exactly
+    the derived views ``views`` (with their comments when ``comments``; its stamp says which) and
+    the base tables, nothing else; None when it cannot be used as it stands (missing, written by
+    another version of PolyTrace or with other views, being rewritten, held or unreadable).
+
+    The copy is taken under the catalog lock, shared (an ingest rewriting the file holds it
+    alone: then no snapshot), so it is never half-written. Its base-table views are replaced by
+    the caller; its derived views are kept as the file has them, unbound until queried."""
+    if not comments:  # the file has them: removing them would cost what the snapshot saves
+        return None
+    src = catalog_path(root)
+    dest = into / SNAPSHOT_NAME
+    try:
+        fd = os.open(root / ".catalog.lock", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        shutil.copyfile(src, dest)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    con = None
+    try:
+        con = duckdb.connect(str(dest))
+        stamp = con.execute(f"SELECT sha256 FROM {STAMP_TABLE}").fetchall()
+        # views and tables a user's own client added to the file would show in the sandbox: not
+        # this snapshot then (duckdb_views() and duckdb_tables(): information_schema and
+        # duckdb_functions() take longer than the whole snapshot)
+        held = con.execute("SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal UNION ALL "
+                           "SELECT schema_name, table_name FROM duckdb_tables()").fetchall()
+        expected = [("main", n) for n in [*TABLES, *(v.name for v in views)]] + [tuple(STAMP_TABLE.split("."))]
+        if stamp == [(views_digest(views),)] and sorted(held) == sorted(expected):
+            return con
+    except duckdb.Error:
+        pass
+    if con is not None:
+        con.close()
+    dest.unlink(missing_ok=True)
+    return None

@@ -212,13 +212,14 @@ def sandbox_connection(root: Path, limits: ResourceLimits,
     """The query connection, its spill directory and the Landlock ABI enforced (0: none), as the
     command opens them: a scratch directory of its own, a reader lease, Landlock on this process
     when ``landlocked`` (as ``$POLYTRACE_LANDLOCK`` says), then the sandboxed catalog connection
-    within ``limits``."""
+    within ``limits``, from a snapshot of the catalog file in the scratch directory when it is
+    current (:func:`analyses.catalog.connect`)."""
     # the reader lease's lock file is opened for writing when it can be: take it before Landlock
     # (the connection's own lease then opens the same file read-only)
     with query_scratch(root) as spill, reader_lease(root):
         abi = confine(spill) if landlocked else 0  # before DuckDB starts a thread: they all inherit it
         try:
-            con = catalog.connect(root, all_views(), sandbox=True, limits=limits, spill=spill)
+            con = catalog.connect(root, all_views(), sandbox=True, limits=limits, spill=spill, snapshot=spill)
         except duckdb.OutOfMemoryException as exc:
             raise UsageError(f"the warehouse's views do not fit the {human_bytes(limits.memory_bytes)} memory limit "
                              f"(--memory-limit SIZE or ${ENV_MEMORY}): {one_line(exc)}") from exc

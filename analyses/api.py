@@ -39,17 +39,18 @@ if TYPE_CHECKING:
 
 REPORT_NAME = "polytrace_report.html"
 
-RUNS_SQL = """
+# the tables `polytrace runs` counts for each run, and that query: every table counted once,
+# grouped by run (a correlated count per run and table took 2.7x the CPU)
+RUN_COUNTS = ("steps", "samples", "tool_calls", "rank_times", "gpu_samples", "rejects")
+RUNS_SQL = f"""
+WITH counts AS ({" UNION ALL ".join(f"SELECT run_id, '{t}' AS t, count(*) AS n FROM {t} GROUP BY run_id" for t in RUN_COUNTS)}),
+files AS (SELECT run_id, count(*) AS files, count(*) FILTER (WHERE status NOT IN ('ok', 'partial')) AS file_errors
+          FROM source_files GROUP BY run_id)
 SELECT r.run_id, r.task, r.model, r.n_gpus, r.n_gpus_source, r.max_response_length, r.max_response_length_source,
-       (SELECT count(*) FROM source_files f WHERE f.run_id = r.run_id) AS files,
-       (SELECT count(*) FROM source_files f WHERE f.run_id = r.run_id AND f.status NOT IN ('ok', 'partial')) AS file_errors,
-       (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps,
-       (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples,
-       (SELECT count(*) FROM tool_calls s WHERE s.run_id = r.run_id) AS tool_calls,
-       (SELECT count(*) FROM rank_times s WHERE s.run_id = r.run_id) AS rank_times,
-       (SELECT count(*) FROM gpu_samples s WHERE s.run_id = r.run_id) AS gpu_samples,
-       (SELECT count(*) FROM rejects s WHERE s.run_id = r.run_id) AS rejects
-FROM runs r ORDER BY r.run_id
+       coalesce(f.files, 0) AS files, coalesce(f.file_errors, 0) AS file_errors,
+       {", ".join(f"coalesce((SELECT c.n FROM counts c WHERE c.run_id = r.run_id AND c.t = '{t}'), 0) AS {t}"
+                  for t in RUN_COUNTS)}
+FROM runs r LEFT JOIN files f USING (run_id) ORDER BY r.run_id
 """
 
 

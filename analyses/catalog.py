@@ -293,6 +293,9 @@ def _snapshot(root: Path, views: list[DerivedView], comments: bool, into: Path) 
     con = None
     try:
         con = duckdb.connect(str(dest))
+        # the copy is thrown away with the scratch directory: writing its changes back into it
+        # when the connection closes (a checkpoint) took as long as opening it
+        con.execute("PRAGMA disable_checkpoint_on_shutdown")
         stamp = con.execute(f"SELECT sha256 FROM {STAMP_TABLE}").fetchall()
         # views and tables a user's own client added to the file would show in the sandbox: not
         # this snapshot then (duckdb_views() and duckdb_tables(): information_schema and

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from analyses.views.group import ReadView, View, ViewGroup
-from analyses.views.sql import QUANTILE_DEFINITION, disc_quantiles, in_partial_step, ratio
+from analyses.views.sql import QUANTILE_DEFINITION, counted_quantiles, in_partial_step, ratio
 
 if TYPE_CHECKING:
     from analyses.figures import FigureSpec
@@ -58,19 +58,30 @@ GROUP BY run_id, task, step, prompt_key, prompt_tokens
 LENGTH_QUANTILES = View(
     "length_quantiles",
     f"""
-WITH q AS (
-    -- one pass over sample_lengths (a view: each reference would scan samples again): rows of
-    -- partial steps count only in n_partial, the statistics see full_tokens
-    SELECT run_id, task, kind, count(full_tokens) AS n, avg(full_tokens) AS mean, min(full_tokens) AS min,
-           {disc_quantiles("full_tokens")}, max(full_tokens) AS max,
-           avg(CASE WHEN NOT partial_step THEN CAST(truncated AS DOUBLE) END) AS truncation_share,
-           NULLIF(count(*) FILTER (WHERE partial_step), 0) AS n_partial
-    FROM (SELECT *, CASE WHEN NOT partial_step THEN tokens END AS full_tokens FROM sample_lengths)
-    GROUP BY run_id, task, kind
-    HAVING count(full_tokens) > 0
+WITH h AS (
+    -- one pass over sample_lengths (a view: each reference would scan samples again), into a
+    -- histogram (quantile_disc cannot spill: see counted_quantiles); rows of partial steps count
+    -- only in n_partial, the statistics see the full steps
+    SELECT run_id, task, kind, tokens, partial_step, count(*) AS c, sum(CAST(truncated AS DOUBLE)) AS trunc_sum,
+           count(truncated) AS trunc_n
+    FROM sample_lengths GROUP BY ALL
+), f AS (
+    SELECT *, sum(c) OVER (PARTITION BY run_id, task, kind ORDER BY tokens
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
+           sum(c) OVER (PARTITION BY run_id, task, kind) AS total
+    FROM h WHERE NOT partial_step
+), q AS (
+    SELECT run_id, task, kind, CAST(sum(c) AS BIGINT) AS n, CAST(sum(tokens * c) AS DOUBLE) / sum(c) AS mean,
+           min(tokens) AS min, {counted_quantiles("tokens", "cum", "total")}, max(tokens) AS max,
+           sum(trunc_sum) / NULLIF(sum(trunc_n), 0) AS truncation_share
+    FROM f GROUP BY run_id, task, kind
+), p AS (
+    SELECT run_id, task, kind, CAST(sum(c) AS BIGINT) AS n_partial FROM h WHERE partial_step GROUP BY ALL
+), q2 AS (
+    SELECT q.*, p.n_partial FROM q LEFT JOIN p USING (run_id, task, kind)
 )
-SELECT q.* EXCLUDE (n_partial), {ratio("max", "mean")} AS max_over_mean, {ratio("p99", "p50")} AS p99_over_p50, n_partial
-FROM q
+SELECT q2.* EXCLUDE (n_partial), {ratio("max", "mean")} AS max_over_mean, {ratio("p99", "p50")} AS p99_over_p50, n_partial
+FROM q2
 """,
     "Per run x task x kind (prompt|response), over the full steps: n, mean, min, p50, p90, p99, p999, max, "
     "max_over_mean, p99_over_p50, truncation_share (share of rows with truncated, NULL when unknown), n_partial "
@@ -106,11 +117,21 @@ FROM w JOIN q USING (run_id, task, kind)
 LENGTH_DRIFT = View(
     "length_drift",
     f"""
-WITH per_step AS (
-    SELECT run_id, step, bool_or(partial_step) AS partial, count(*) AS n, avg(tokens) AS mean,
-           quantile_disc(tokens, 0.1) AS p10, quantile_disc(tokens, 0.5) AS p50,
-           quantile_disc(tokens, 0.9) AS p90, quantile_disc(tokens, 0.99) AS p99, max(tokens) AS max
-    FROM sample_lengths WHERE kind = 'response' GROUP BY run_id, step
+WITH h AS (
+    -- a histogram per step (quantile_disc cannot spill: see counted_quantiles)
+    SELECT run_id, step, tokens, bool_or(partial_step) AS partial, count(*) AS c
+    FROM sample_lengths WHERE kind = 'response' GROUP BY run_id, step, tokens
+), hc AS (
+    SELECT *, sum(c) OVER (PARTITION BY run_id, step ORDER BY tokens
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
+           sum(c) OVER (PARTITION BY run_id, step) AS total
+    FROM h
+), per_step AS (
+    SELECT run_id, step, bool_or(partial) AS partial, CAST(sum(c) AS BIGINT) AS n,
+           CAST(sum(tokens * c) AS DOUBLE) / sum(c) AS mean,
+           {counted_quantiles("tokens", "cum", "total", (("p10", 0.1), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99)))},
+           max(tokens) AS max
+    FROM hc GROUP BY run_id, step
 ), win AS (
     SELECT *, ln(greatest(p50, 1)) AS log_p50,
            avg(ln(greatest(p50, 1))) OVER (PARTITION BY run_id ORDER BY step

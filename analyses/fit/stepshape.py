@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 from scipy import special
@@ -84,6 +85,32 @@ def std_ppf(family: str, p: np.ndarray) -> np.ndarray:
     raise ValueError(f"unknown family {family!r}")
 
 
+class Parts(NamedTuple):
+    """A shape's terms at fixed points before its weights (:meth:`StepShape.parts`): the body's
+    standard CDF and survival, each contamination's share below (``u``) and above (``v = 1 - u``)
+    the points, and optionally the body's standard density with the contaminations' supports."""
+
+    key: tuple[str, float, float, float]
+    cdf: np.ndarray
+    sf: np.ndarray
+    u_lo: np.ndarray
+    v_lo: np.ndarray
+    u_hi: np.ndarray
+    v_hi: np.ndarray
+    pdf: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
+class ExpParts(NamedTuple):
+    """:meth:`StepShape.partial_exp`'s terms before the weights: the body's, and per contamination
+    (where its support meets the interval, the integral of e^(power t) over the meeting)."""
+
+    key: tuple[str, float, float, float]
+    power: int
+    body: np.ndarray
+    lo: tuple[np.ndarray, np.ndarray]
+    hi: tuple[np.ndarray, np.ndarray]
+
+
 @dataclass
 class StepShape:
     """The de-levelled law of ``t = log(length) - mu`` (see the module text)."""
@@ -102,17 +129,40 @@ class StepShape:
     def w_body(self) -> float:
         return 1.0 - self.eps_lo - self.eps_hi
 
-    def cdf_sf(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(CDF, survival) at ``t``, each accurate in its own tail."""
+    def parts(self, t: np.ndarray, density: bool = False) -> Parts:
+        """What the CDF, survival (and ``density``) at ``t`` are made of before the weights: a fit
+        that moves only ``eps_lo`` / ``eps_hi`` computes these once (:meth:`cdf_sf` takes them)."""
         t = np.asarray(t, dtype=float)
         z = t / self.s
-        c, s = self.w_body * std_cdf(self.family, z), self.w_body * std_sf(self.family, z)
+        u_lo = np.minimum(np.maximum((t + self.lam_lo) / self.lam_lo, 0.0), 1.0)
+        u_hi = np.minimum(np.maximum(t / self.lam_hi, 0.0), 1.0)
+        pdf = None
+        if density:
+            pdf = (std_pdf(self.family, z), (t >= -self.lam_lo) & (t <= 0), (t >= 0) & (t <= self.lam_hi))
+        return Parts(self.body_key, std_cdf(self.family, z), std_sf(self.family, z), u_lo, 1.0 - u_lo, u_hi,
+                     1.0 - u_hi, pdf)
+
+    @property
+    def body_key(self) -> tuple[str, float, float, float]:
+        """What :class:`Parts` depend on: every parameter but the weights."""
+        return (self.family, self.s, self.lam_lo, self.lam_hi)
+
+    def _check(self, key: tuple[str, float, float, float]) -> None:
+        if key != self.body_key:
+            raise ValueError(f"parts of {key} used for a shape {self.body_key}")
+
+    def cdf_sf(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(CDF, survival) at ``t``, each accurate in its own tail."""
+        return self.mix(self.parts(t))
+
+    def mix(self, p: Parts) -> tuple[np.ndarray, np.ndarray]:
+        """(CDF, survival) from :meth:`parts` (of a shape that differs from this one at most in its weights)."""
+        self._check(p.key)
+        c, s = self.w_body * p.cdf, self.w_body * p.sf
         if self.eps_lo > 0:
-            u = np.minimum(np.maximum((t + self.lam_lo) / self.lam_lo, 0.0), 1.0)
-            c, s = c + self.eps_lo * u, s + self.eps_lo * (1.0 - u)
+            c, s = c + self.eps_lo * p.u_lo, s + self.eps_lo * p.v_lo
         if self.eps_hi > 0:
-            u = np.minimum(np.maximum(t / self.lam_hi, 0.0), 1.0)
-            c, s = c + self.eps_hi * u, s + self.eps_hi * (1.0 - u)
+            c, s = c + self.eps_hi * p.u_hi, s + self.eps_hi * p.v_hi
         return c, s
 
     def cdf(self, t: np.ndarray) -> np.ndarray:
@@ -123,30 +173,49 @@ class StepShape:
 
     def pdf(self, t: np.ndarray) -> np.ndarray:
         """Density in ``t``."""
-        t = np.asarray(t, dtype=float)
-        out = self.w_body * std_pdf(self.family, t / self.s) / self.s
+        return self.mix_pdf(self.parts(t, density=True))
+
+    def mix_pdf(self, p: Parts) -> np.ndarray:
+        """The density from :meth:`parts` with ``density``."""
+        self._check(p.key)
+        if p.pdf is None:
+            raise ValueError("parts without the density")
+        body, in_lo, in_hi = p.pdf
+        out = self.w_body * body / self.s
         if self.eps_lo > 0:
-            out = out + np.where((t >= -self.lam_lo) & (t <= 0), self.eps_lo / self.lam_lo, 0.0)
+            out = out + np.where(in_lo, self.eps_lo / self.lam_lo, 0.0)
         if self.eps_hi > 0:
-            out = out + np.where((t >= 0) & (t <= self.lam_hi), self.eps_hi / self.lam_hi, 0.0)
+            out = out + np.where(in_hi, self.eps_hi / self.lam_hi, 0.0)
         return out
 
-    def mass(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """P(a < t <= b), accurate in both tails (survival differences above the median)."""
+    def mass(self, a: np.ndarray, b: np.ndarray, parts: Parts | None = None) -> np.ndarray:
+        """P(a < t <= b), accurate in both tails (survival differences above the median);
+        ``parts``: :meth:`parts` of ``np.stack([a, b])``."""
         a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
-        c, s = self.cdf_sf(np.stack([a, b]))
+        c, s = self.mix(self.parts(np.stack([a, b])) if parts is None else parts)
         return np.maximum(np.where(a > 0, s[0] - s[1], c[1] - c[0]), 0.0)
 
-    def partial_exp(self, a: np.ndarray, b: np.ndarray, power: int = 1) -> np.ndarray:
-        """E[e^(power t); a < t <= b] (``power`` 1 or 2; ``a < b`` elementwise; infinite ends allowed)."""
+    def exp_parts(self, a: np.ndarray, b: np.ndarray, power: int = 1) -> ExpParts:
+        """:meth:`partial_exp`'s terms before the weights."""
         a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
         za, zb = np.clip(a / self.s, self._z[0], self._z[-1]), np.clip(b / self.s, self._z[0], self._z[-1])
         pe = self._pe[power - 1]
-        out = self.w_body * (np.interp(zb, self._z, pe) - np.interp(za, self._z, pe))
-        for eps, lam, lo, hi in ((self.eps_lo, self.lam_lo, np.maximum(a, -self.lam_lo), np.minimum(b, 0.0)),
-                                 (self.eps_hi, self.lam_hi, np.maximum(a, 0.0), np.minimum(b, self.lam_hi))):
+        terms = []
+        for lo, hi in ((np.maximum(a, -self.lam_lo), np.minimum(b, 0.0)), (np.maximum(a, 0.0), np.minimum(b, self.lam_hi))):
+            terms.append((hi > lo, np.exp(power * hi) - np.exp(power * lo)))
+        return ExpParts(self.body_key, power, np.interp(zb, self._z, pe) - np.interp(za, self._z, pe), terms[0], terms[1])
+
+    def partial_exp(self, a: np.ndarray, b: np.ndarray, power: int = 1) -> np.ndarray:
+        """E[e^(power t); a < t <= b] (``power`` 1 or 2; ``a < b`` elementwise; infinite ends allowed)."""
+        return self.mix_exp(self.exp_parts(a, b, power))
+
+    def mix_exp(self, p: ExpParts) -> np.ndarray:
+        """:meth:`partial_exp` from :meth:`exp_parts`."""
+        self._check(p.key)
+        out = self.w_body * p.body
+        for eps, lam, (inside, span) in ((self.eps_lo, self.lam_lo, p.lo), (self.eps_hi, self.lam_hi, p.hi)):
             if eps > 0:
-                out = out + np.where(hi > lo, eps / lam / power * (np.exp(power * hi) - np.exp(power * lo)), 0.0)
+                out = out + np.where(inside, eps / lam / p.power * span, 0.0)
         return out
 
     def ppf(self, p: np.ndarray) -> np.ndarray:
@@ -179,32 +248,65 @@ def body_table(family: str, s: float) -> tuple[np.ndarray, np.ndarray]:
     return z, np.stack(out)
 
 
+class WindowParts(NamedTuple):
+    """:func:`mid_mean` / :func:`mid_var`'s terms at fixed levels and window, before the weights."""
+
+    a: np.ndarray
+    b: np.ndarray
+    mass: Parts
+    e1: ExpParts
+    e2: ExpParts | None
+
+
+def window_parts(shape: StepShape, mu: np.ndarray, lo: np.ndarray, hi: np.ndarray, var: bool = False) -> WindowParts:
+    a, b = np.log(lo) - mu, np.log(hi) - mu
+    a, b = np.broadcast_arrays(a, b)
+    return WindowParts(a, b, shape.parts(np.stack([a, b])), shape.exp_parts(a, b),
+                       shape.exp_parts(a, b, power=2) if var else None)
+
+
 def mid_mean(shape: StepShape, mu: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """E[length | lo < length <= hi] at levels ``mu`` (lengths, not logs)."""
-    a, b = np.log(lo) - mu, np.log(hi) - mu
-    m = shape.mass(a, b)
+    w = window_parts(shape, mu, lo, hi)
+    m = shape.mass(w.a, w.b, w.mass)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return np.exp(mu) * shape.partial_exp(a, b) / m
+        return np.exp(mu) * shape.mix_exp(w.e1) / m
 
 
 def mid_var(shape: StepShape, mu: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Var[length | lo < length <= hi] at levels ``mu``."""
-    a, b = np.log(lo) - mu, np.log(hi) - mu
-    m = shape.mass(a, b)
+    return window_var(shape, mu, window_parts(shape, mu, lo, hi, var=True))
+
+
+def window_var(shape: StepShape, mu: np.ndarray, w: WindowParts) -> np.ndarray:
+    """:func:`mid_var` from :func:`window_parts` with ``var``."""
+    if w.e2 is None:
+        raise ValueError("window parts without the second moment")
+    m = shape.mass(w.a, w.b, w.mass)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        e1 = shape.partial_exp(a, b) / m
-        e2 = shape.partial_exp(a, b, power=2) / m
+        e1 = shape.mix_exp(w.e1) / m
+        e2 = shape.mix_exp(w.e2) / m
         return np.maximum(np.exp(2 * mu) * (e2 - e1 * e1), 0.0)
 
 
-def capped_mean(shape: StepShape, mu: np.ndarray, cap: float | None) -> np.ndarray:
-    """E[min(length, cap)] at levels ``mu`` (no cap: E[length])."""
+def capped_parts(shape: StepShape, mu: np.ndarray, cap: float | None) -> tuple[ExpParts, Parts | None]:
+    """:func:`capped_mean`'s terms at fixed levels, before the weights."""
+    mu = np.asarray(mu, dtype=float)
     if cap is None or not np.isfinite(cap):
-        with np.errstate(over="ignore"):
-            return np.exp(mu) * shape.partial_exp(np.full(np.shape(mu), -np.inf), np.full(np.shape(mu), np.inf))
-    b = math.log(cap) - np.asarray(mu, dtype=float)
+        return shape.exp_parts(np.full(np.shape(mu), -np.inf), np.full(np.shape(mu), np.inf)), None
+    b = math.log(cap) - mu
+    return shape.exp_parts(np.full(b.shape, -np.inf), b), shape.parts(b)
+
+
+def capped_mean(shape: StepShape, mu: np.ndarray, cap: float | None,
+                parts: tuple[ExpParts, Parts | None] | None = None) -> np.ndarray:
+    """E[min(length, cap)] at levels ``mu`` (no cap: E[length]; ``parts``: :func:`capped_parts`)."""
+    e, p = capped_parts(shape, mu, cap) if parts is None else parts
     with np.errstate(over="ignore"):
-        return np.exp(mu) * shape.partial_exp(np.full(b.shape, -np.inf), b) + cap * shape.sf(b)
+        body = np.exp(mu) * shape.mix_exp(e)
+        if p is None:
+            return body
+        return body + cap * shape.mix(p)[1]
 
 
 def solve_levels(shape: StepShape, target: np.ndarray, lo: np.ndarray, hi: np.ndarray, tol: float = 1e-7,
@@ -247,9 +349,6 @@ def solve_levels(shape: StepShape, target: np.ndarray, lo: np.ndarray, hi: np.nd
             break
     side = np.zeros(target.shape)
     x = 0.5 * (a + b)
-    # no bracket holds a root (a mean no level reaches in its window, as a window too narrow for its
-    # draws): the level that puts the target at the shape's median
-    fallback = np.log(np.maximum(target, 1e-300)) - float(shape.ppf(np.array([0.5]))[0])
     for _ in range(iters):
         with np.errstate(divide="ignore", invalid="ignore"):
             x = np.where(fb != fa, (a * fb - b * fa) / (fb - fa), 0.5 * (a + b))
@@ -264,4 +363,9 @@ def solve_levels(shape: StepShape, target: np.ndarray, lo: np.ndarray, hi: np.nd
         a, fa = np.where(left, x, a), np.where(left, fx, fa)
         b, fb = np.where(left, b, x), np.where(left, fb, fx)
         side = np.where(left, 1, -1)
+    if found.all():
+        return x
+    # no bracket holds a root (a mean no level reaches in its window, as a window too narrow for its
+    # draws): the level that puts the target at the shape's median
+    fallback = np.log(np.maximum(target, 1e-300)) - float(shape.ppf(np.array([0.5]))[0])
     return np.where(found, x, fallback)

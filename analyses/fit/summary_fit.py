@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -47,7 +47,20 @@ from scipy import optimize, special, stats
 from analyses.fit.continuous import json_safe
 from analyses.fit.drift import DriftModel, drift_from_levels
 from analyses.fit.empirical import HEAVY_QUANTILE, MAX_EXTREMES, EmpiricalTailFit, heavy_chain
-from analyses.fit.stepshape import SCIPY_NAME, StepShape, capped_mean, mid_mean, mid_var, solve_levels
+from analyses.fit.stepshape import (
+    SCIPY_NAME,
+    ExpParts,
+    Parts,
+    StepShape,
+    WindowParts,
+    capped_mean,
+    capped_parts,
+    mid_mean,
+    mid_var,
+    solve_levels,
+    window_parts,
+    window_var,
+)
 from analyses.fit.summaries import conform_summaries
 
 FAMILY = "logistic"
@@ -165,12 +178,19 @@ def _levels(shape: StepShape, r: _Rows, guess: np.ndarray | None = None) -> np.n
                         mean_fn=mean_fn, guess=guess)
 
 
-def _extreme_moments(shape: StepShape, mu: np.ndarray, n: np.ndarray, cap: float) -> tuple[np.ndarray, ...]:
-    """(E, Var) of the min and of the capped max of ``n`` draws at levels ``mu``, by quadrature."""
+def extreme_parts(shape: StepShape, mu: np.ndarray, cap: float) -> tuple[Parts, np.ndarray]:
+    """:func:`_extreme_moments`' terms at fixed levels before the weights: the quadrature grid's
+    :class:`Parts` and lengths."""
     t = shape.grid(2001)
-    f = shape.cdf(t)
-    x = np.exp(mu[:, None] + t[None, :])
-    x = np.minimum(x, cap)
+    return shape.parts(t), np.minimum(np.exp(mu[:, None] + t[None, :]), cap)
+
+
+def _extreme_moments(shape: StepShape, mu: np.ndarray, n: np.ndarray, cap: float,
+                     parts: tuple[Parts, np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
+    """(E, Var) of the min and of the capped max of ``n`` draws at levels ``mu``, by quadrature
+    (``parts``: :func:`extreme_parts`)."""
+    grid, x = extreme_parts(shape, mu, cap) if parts is None else parts
+    f = shape.mix(grid)[0]
     g_max = f[None, :] ** n[:, None]
     g_min = 1.0 - (1.0 - f[None, :]) ** n[:, None]
     out = []
@@ -182,22 +202,48 @@ def _extreme_moments(shape: StepShape, mu: np.ndarray, n: np.ndarray, cap: float
     return tuple(out)
 
 
-def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray) -> np.ndarray:
-    """Each row's log-likelihood of its extremes (and clip count) given the levels (module text).
-    Token counts are integers (an extreme's probability is the mass within half a token of it);
-    seconds (``half = 0``) enter by their density."""
+class RowParts(NamedTuple):
+    """:func:`loglik_rows`' terms at a fixed scale and fixed levels, before the contamination
+    weights: the weights' optimisation (:func:`fit_levels`) computes them once per round."""
+
+    t: np.ndarray  # the endpoints of the rows with one batch's extremes, de-levelled
+    ends: Parts | None
+    extremes: tuple[Parts, np.ndarray] | None  # rows averaging several steps' extremes
+    cap: Parts | None  # ... and their cap
+
+
+def row_parts(shape: StepShape, r: _Rows, mu: np.ndarray) -> RowParts:
+    d = r.d
+    h = d.half
+    # every endpoint at once: min -+ h, max -+ h, the top of the middle, the cap
+    lo = np.where(r.exact, d.lo, r.floor)
+    top = np.where(r.cut, r.cap - h, d.hi - h)
+    cap = np.full(d.n.shape, r.cap - h if np.isfinite(r.cap) else np.inf)
+    t = _t(np.stack([lo - h, lo + h, d.hi - h, d.hi + h, top, cap]), mu)
+    ends = shape.parts(t, density=h <= 0) if (r.exact | r.maxonly).any() else None
+    extremes = cap_parts = None
+    if r.avg.any():
+        idx = np.flatnonzero(r.avg)
+        extremes = extreme_parts(shape, mu[idx], r.cap)
+        cap_parts = shape.parts(_t(np.full(idx.size, r.cap - h), mu[idx]))
+    return RowParts(t, ends, extremes, cap_parts)
+
+
+def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray, parts: RowParts | None = None) -> np.ndarray:
+    """Each row's log-likelihood of its extremes (and clip count) given the levels (module text;
+    ``parts``: :func:`row_parts` at the same scale and levels). Token counts are integers (an
+    extreme's probability is the mass within half a token of it); seconds (``half = 0``) enter by
+    their density."""
     d = r.d
     n = d.n
     h = d.half
     ll = np.zeros(n.size)
     one = r.exact | r.maxonly
+    p = row_parts(shape, r, mu) if parts is None else parts
     if one.any():
-        # every endpoint at once: min -+ h, max -+ h, the top of the middle, the cap
         lo = np.where(r.exact, d.lo, r.floor)
-        top = np.where(r.cut, r.cap - h, d.hi - h)
-        cap = np.full(n.shape, r.cap - h if np.isfinite(r.cap) else np.inf)
-        t = _t(np.stack([lo - h, lo + h, d.hi - h, d.hi + h, top, cap]), mu)
-        c, s = shape.cdf_sf(t)
+        t = p.t
+        c, s = shape.mix(p.ends)
 
         def mass(i: int, j: int) -> np.ndarray:
             return np.maximum(np.where(t[i] > 0, s[i] - s[j], c[j] - c[i]), 0.0) + 1e-300
@@ -205,8 +251,9 @@ def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray) -> np.ndarray:
         if h > 0:
             lp_lo, lp_hi = np.log(mass(0, 1)), np.log(mass(2, 3))
         else:  # densities in x: pdf(t) / x
-            lp_lo = np.log(shape.pdf(t[0]) + 1e-300) - np.log(np.maximum(lo, 1e-300))
-            lp_hi = np.log(shape.pdf(t[2]) + 1e-300) - np.log(np.maximum(d.hi, 1e-300))
+            dens = shape.mix_pdf(p.ends)
+            lp_lo = np.log(dens[0] + 1e-300) - np.log(np.maximum(lo, 1e-300))
+            lp_hi = np.log(dens[2] + 1e-300) - np.log(np.maximum(d.hi, 1e-300))
         mid = np.log(mass(1, 4))
         both = np.log(n) + np.log(np.maximum(n - 1, 1)) + lp_lo + lp_hi + (n - 2) * mid
         if np.isfinite(r.cap):
@@ -218,7 +265,7 @@ def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray) -> np.ndarray:
         ll = np.where(r.exact, both, np.where(r.maxonly, top_only, ll))
     if r.avg.any():
         idx = np.flatnonzero(r.avg)
-        e_lo, v_lo, e_hi, v_hi = _extreme_moments(shape, mu[idx], n[idx], r.cap)
+        e_lo, v_lo, e_hi, v_hi = _extreme_moments(shape, mu[idx], n[idx], r.cap, p.extremes)
         a = d.averaged[idx]
         z_lo = (d.lo[idx] - e_lo) ** 2 / (v_lo / a)
         z_hi = (d.hi[idx] - e_hi) ** 2 / (v_hi / a)
@@ -226,8 +273,8 @@ def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray) -> np.ndarray:
         if np.isfinite(r.cap):
             trials = n[idx] * a
             k = d.clipped[idx] * a
-            p = np.clip(shape.sf(_t(np.full(idx.size, r.cap - h), mu[idx])), 1e-300, 1 - 1e-16)
-            part = part + k * np.log(p) + (trials - k) * np.log1p(-p)
+            q = np.clip(shape.mix(p.cap)[1], 1e-300, 1 - 1e-16)
+            part = part + k * np.log(q) + (trials - k) * np.log1p(-q)
         ll[idx] = part
     return ll
 
@@ -316,15 +363,22 @@ def _shared_level(shape: StepShape, r: _Rows) -> np.ndarray:
     return np.full(d.n.size, float(mu[0]))
 
 
-def mean_terms(shape: StepShape, r: _Rows, mu: np.ndarray) -> np.ndarray:
+def mean_parts(shape: StepShape, r: _Rows, mu: np.ndarray) -> tuple[tuple[ExpParts, Parts | None], WindowParts]:
+    """:func:`mean_terms`' terms at a fixed scale and levels, before the weights."""
+    hi = np.full(mu.shape, r.cap - r.d.half if np.isfinite(r.cap) else np.inf)
+    return (capped_parts(shape, mu, r.cap if np.isfinite(r.cap) else None),
+            window_parts(shape, mu, np.full(mu.shape, r.floor), hi, var=True))
+
+
+def mean_terms(shape: StepShape, r: _Rows, mu: np.ndarray,
+               parts: tuple[tuple[ExpParts, Parts | None], WindowParts] | None = None) -> np.ndarray:
     """Log-likelihood of each row's mean around the shared level's: normal with variance
     ``Var / n`` (the step means of a variable that does not drift scatter by sampling alone, so
-    their spread says how wide the variable is)."""
+    their spread says how wide the variable is; ``parts``: :func:`mean_parts`)."""
     d = r.d
-    hi = np.full(mu.shape, r.cap - d.half if np.isfinite(r.cap) else np.inf)
-    lo = np.full(mu.shape, r.floor)
-    e = capped_mean(shape, mu, r.cap if np.isfinite(r.cap) else None)
-    v = mid_var(shape, mu, lo, hi) / np.maximum(d.n * np.maximum(d.averaged, 1), 1)
+    capped, window = mean_parts(shape, r, mu) if parts is None else parts
+    e = capped_mean(shape, mu, r.cap if np.isfinite(r.cap) else None, capped)
+    v = window_var(shape, mu, window) / np.maximum(d.n * np.maximum(d.averaged, 1), 1)
     ok = np.isfinite(v) & (v > 0) & np.isfinite(e)
     with np.errstate(invalid="ignore", divide="ignore"):
         out = -0.5 * ((d.mean - e) ** 2 / v + np.log(2 * math.pi * v))
@@ -356,18 +410,22 @@ def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, pe
     def levels(sh: StepShape, mu: np.ndarray | None) -> np.ndarray:
         return _shared_level(sh, r) if shared else _levels(sh, r, mu)
 
-    def total(sh: StepShape, mu: np.ndarray) -> float:
-        ll = float(np.sum(loglik_rows(sh, r, mu)))
-        return ll + float(np.sum(mean_terms(sh, r, mu))) if shared else ll
+    def total(sh: StepShape, mu: np.ndarray, parts: tuple[RowParts, Any] | None = None) -> float:
+        rows, means = (None, None) if parts is None else parts
+        ll = float(np.sum(loglik_rows(sh, r, mu, rows)))
+        return ll + float(np.sum(mean_terms(sh, r, mu, means))) if shared else ll
 
     def at(s: float, le: np.ndarray, mu: np.ndarray | None) -> tuple[float, np.ndarray, np.ndarray]:
         for _ in range(2):
-            mu = levels(make(s, le), mu)
+            sh = make(s, le)
+            mu = levels(sh, mu)
             if not informative:
                 break
+            # the weights move nothing but the weights: what the scale and the levels fix is computed once
+            parts = (row_parts(sh, r, mu), mean_parts(sh, r, mu) if shared else None)
 
-            def neg(x: np.ndarray, mu: np.ndarray = mu) -> float:
-                return -total(make(s, np.clip(x, *LOG_EPS)), mu)
+            def neg(x: np.ndarray, mu: np.ndarray = mu, parts: tuple[RowParts, Any] = parts) -> float:
+                return -total(make(s, np.clip(x, *LOG_EPS)), mu, parts)
 
             res = optimize.minimize(neg, le, method="Nelder-Mead", options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 60})
             le = np.clip(res.x, *LOG_EPS)

@@ -41,7 +41,7 @@ from analyses.fit.data import RunFrames, batch_shape, is_multi_turn, split_run, 
 from analyses.fit.rolling import RealSteps, origins, score_draws
 from analyses.fit.sampler import draw_steps
 from analyses.fit.scores import Scored, hindsight_ceiling, mape_accuracy, summary
-from analyses.fit.select import fit_summaries_selected, fit_workload_selected
+from analyses.fit.select import SummaryFits, fit_summaries_selected, fit_workload_selected
 from analyses.fit.stepmodel import step_time_fidelity
 from analyses.fit.summaries import summaries_from_samples
 
@@ -72,6 +72,7 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress
     summ_scored: list[Scored] = []
     records = []
     summ = None
+    summary_fits: SummaryFits = {}  # every origin's prefixes, each fitted once
     if from_summaries:
         k = batch_shape(s)["samples_per_prompt"]
         summ = summaries_from_samples(s, fr.max_response_length, fr.tool_calls, k)
@@ -85,8 +86,8 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress
         ours.append(o)
         base.append(b)
         if summ is not None:
-            sw = fit_summaries_selected(summ.filter(pl.col("step").is_in(fitted)), run_id=fr.run_id, task=fr.task,
-                                        max_response_length=fr.max_response_length, samples_per_prompt=k)
+            sw = fit_summaries_selected(summ.filter(pl.col("step").is_in(fitted)), summary_fits, run_id=fr.run_id,
+                                        task=fr.task, max_response_length=fr.max_response_length, samples_per_prompt=k)
             summ_scored.append(score_draws(draw_steps(sw, predicted, seeds), real))
         records.append({"fitted_steps": fitted, "predicted_steps": predicted, "selected": wl["selection"]["selected"],
                         "drift": {k: wl["drift"].get(k) for k in ("kind", "slope_per_step", "step_sd", "level_se")}})

@@ -123,27 +123,40 @@ def fit_workload_selected(samples: pl.DataFrame, real: RealSteps | None = None, 
     return wl
 
 
-def fit_summaries_selected(summ: pl.DataFrame, **kw: Any) -> dict[str, Any]:
+# fits from summaries by (fitted steps, options): a fidelity check's origins share their prefixes
+SummaryFits = dict[tuple[tuple[int, ...], str], dict[str, Any]]
+
+
+def fit_summaries_selected(summ: pl.DataFrame, fits: SummaryFits | None = None, **kw: Any) -> dict[str, Any]:
     """:func:`~analyses.fit.summary_fit.fit_workload_from_summaries` with its options chosen as
     :func:`fit_workload_selected` chooses them, the fitted steps' logged statistics
     (:meth:`RealSteps.from_summaries`: total tokens, longest response; turns and tool time) standing
     for the samples it does not have. The candidates are how the runaways the fit found are
     generated (:func:`~analyses.fit.summary_fit.runaway_variant`); with no origin to choose by, the
     default is ``iid`` when every fitted step reached the cap (it is part of the workload, as on
-    Search-R1 and rllm), else ``smooth``."""
+    Search-R1 and rllm), else ``smooth``.
+
+    ``fits``: fits already made from the same run's summaries with the same ``kw``, by fitted steps
+    and options, added to as this one fits (a fit depends on nothing else: at origin k the
+    choice fits the prefixes ending at k-1, k-2, k-3 that the origins before it fitted whole)."""
     steps = sorted(int(k) for k in summ["step"])
     cv: dict[str, Any] = {"origins": [], "relative_crps": {}}
     real = RealSteps.from_summaries(summ)
+    memo: SummaryFits = {} if fits is None else fits
+
+    def fit_prefix(prefix: list[int], opts: dict[str, Any]) -> dict[str, Any]:
+        key = (tuple(prefix), repr(sorted(opts.items())))
+        if key not in memo:
+            part = summ if len(prefix) == len(steps) else summ.filter(pl.col("step").is_in(prefix))
+            memo[key] = fit_workload_from_summaries(part, **{**kw, **opts})
+        return memo[key]
+
     if len(steps) >= 3 and real.names:
-
-        def fit_prefix(prefix: list[int], opts: dict[str, Any]) -> dict[str, Any]:
-            return fit_workload_from_summaries(summ.filter(pl.col("step").is_in(prefix)), **{**kw, **opts})
-
         cv = validate(fit_prefix, steps, real, SUMMARY_CANDIDATES, variant_key="runaways", variant=runaway_variant)
-    wl = fit_workload_from_summaries(summ, **kw)
+    wl = fit_prefix(steps, {})
     clipped = summ["response_clip_ratio"].fill_null(0.0) * summ["n"].fill_null(0.0)
     default = "iid" if summ.height and bool((clipped >= 0.5).all()) else SUMMARY_DEFAULT
     best = choose(cv["relative_crps"], default)
-    wl = runaway_variant(wl, SUMMARY_CANDIDATES[best]["runaways"])
-    wl["selection"] = {"selected": best, "default": default, **cv}
-    return wl
+    # a new top level, not the memo's fit
+    return {**runaway_variant(wl, SUMMARY_CANDIDATES[best]["runaways"]),
+            "selection": {"selected": best, "default": default, **cv}}

@@ -10,8 +10,10 @@ spread. But real extremes are often not the body's: DAPO's shortest answer is 2 
 So the model is a mixture in ``t = log(length) - mu_k`` (``mu_k`` the step's level):
 
 * **body** ``(1 - eps_lo - eps_hi) * G((t) / s)``: ``G`` a standard ``logistic`` (the body is a
-  log-logistic, scipy's ``fisk``), ``normal`` (lognormal) or ``gumbel_min`` (Weibull) law, ``s`` its
-  scale on the log axis, shared by every step;
+  log-logistic, scipy's ``fisk``), ``normal`` (lognormal) or ``gumbel_min`` (Weibull) law, or the
+  ``glogistic`` between the first and the last: ``G(z) = 1 - (1 + e^z)^-a``, skewed to the left on
+  the log axis by ``a`` (``skew``; 1: the logistic, towards the Gumbel-min as ``a`` grows; scipy's
+  ``burr12`` with ``c = 1/s``, ``d = a``); ``s`` its scale on the log axis, shared by every step;
 * **lower contamination** ``eps_lo``: uniform in ``t`` on ``[-lam_lo, 0]`` -- log-uniform lengths
   from 1 token up to the step's level (a 2-token answer);
 * **upper contamination** ``eps_hi``: uniform in ``t`` on ``[0, lam_hi]`` -- log-uniform from the
@@ -36,33 +38,37 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-FAMILIES = ("logistic", "normal", "gumbel_min")
-SCIPY_NAME = {"logistic": "fisk", "normal": "lognorm", "gumbel_min": "weibull_min"}
+FAMILIES = ("logistic", "normal", "gumbel_min", "glogistic")
+SCIPY_NAME = {"logistic": "fisk", "normal": "lognorm", "gumbel_min": "weibull_min", "glogistic": "burr12"}
 _GRID = 4001  # points of the body's partial-expectation table
 _TAIL = 1e-13  # the body's table spans its quantiles [_TAIL, 1 - _TAIL]
 
 
-def std_cdf(family: str, z: np.ndarray) -> np.ndarray:
+def std_cdf(family: str, z: np.ndarray, a: float = 1.0) -> np.ndarray:
     if family == "logistic":
         return special.expit(z)
     if family == "normal":
         return special.ndtr(z)
     if family == "gumbel_min":
         return -np.expm1(-np.exp(np.minimum(z, 700.0)))
+    if family == "glogistic":
+        return -np.expm1(-a * np.logaddexp(0.0, z))
     raise ValueError(f"unknown family {family!r}")
 
 
-def std_sf(family: str, z: np.ndarray) -> np.ndarray:
+def std_sf(family: str, z: np.ndarray, a: float = 1.0) -> np.ndarray:
     if family == "logistic":
         return special.expit(-z)
     if family == "normal":
         return special.ndtr(-z)
     if family == "gumbel_min":
         return np.exp(-np.exp(np.minimum(z, 700.0)))
+    if family == "glogistic":
+        return np.exp(-a * np.logaddexp(0.0, z))
     raise ValueError(f"unknown family {family!r}")
 
 
-def std_pdf(family: str, z: np.ndarray) -> np.ndarray:
+def std_pdf(family: str, z: np.ndarray, a: float = 1.0) -> np.ndarray:
     if family == "logistic":
         e = special.expit(z)
         return e * (1.0 - e)
@@ -71,10 +77,12 @@ def std_pdf(family: str, z: np.ndarray) -> np.ndarray:
     if family == "gumbel_min":
         ez = np.exp(np.minimum(z, 700.0))
         return ez * np.exp(-ez)
+    if family == "glogistic":
+        return a * special.expit(z) * np.exp(-a * np.logaddexp(0.0, z))
     raise ValueError(f"unknown family {family!r}")
 
 
-def std_ppf(family: str, p: np.ndarray) -> np.ndarray:
+def std_ppf(family: str, p: np.ndarray, a: float = 1.0) -> np.ndarray:
     p = np.asarray(p, dtype=float)
     if family == "logistic":
         return special.logit(p)
@@ -82,6 +90,9 @@ def std_ppf(family: str, p: np.ndarray) -> np.ndarray:
         return special.ndtri(p)
     if family == "gumbel_min":
         return np.log(-np.log1p(-p))
+    if family == "glogistic":
+        with np.errstate(divide="ignore"):
+            return np.log(np.expm1(-np.log1p(-p) / a))
     raise ValueError(f"unknown family {family!r}")
 
 
@@ -90,7 +101,7 @@ class Parts(NamedTuple):
     standard CDF and survival, each contamination's share below (``u``) and above (``v = 1 - u``)
     the points, and optionally the body's standard density with the contaminations' supports."""
 
-    key: tuple[str, float, float, float]
+    key: tuple[str, float, float, float, float]
     cdf: np.ndarray
     sf: np.ndarray
     u_lo: np.ndarray
@@ -104,7 +115,7 @@ class ExpParts(NamedTuple):
     """:meth:`StepShape.partial_exp`'s terms before the weights: the body's, and per contamination
     (where its support meets the interval, the integral of e^(power t) over the meeting)."""
 
-    key: tuple[str, float, float, float]
+    key: tuple[str, float, float, float, float]
     power: int
     body: np.ndarray
     lo: tuple[np.ndarray, np.ndarray]
@@ -121,9 +132,10 @@ class StepShape:
     eps_hi: float
     lam_lo: float  # the lower contamination spans t in [-lam_lo, 0]
     lam_hi: float  # the upper one t in [0, lam_hi]
+    skew: float = 1.0  # the glogistic's a (other families: 1)
 
     def __post_init__(self) -> None:
-        self._z, self._pe = body_table(self.family, self.s)
+        self._z, self._pe = body_table(self.family, self.s, self.skew)
 
     @property
     def w_body(self) -> float:
@@ -138,16 +150,16 @@ class StepShape:
         u_hi = np.minimum(np.maximum(t / self.lam_hi, 0.0), 1.0)
         pdf = None
         if density:
-            pdf = (std_pdf(self.family, z), (t >= -self.lam_lo) & (t <= 0), (t >= 0) & (t <= self.lam_hi))
-        return Parts(self.body_key, std_cdf(self.family, z), std_sf(self.family, z), u_lo, 1.0 - u_lo, u_hi,
+            pdf = (std_pdf(self.family, z, self.skew), (t >= -self.lam_lo) & (t <= 0), (t >= 0) & (t <= self.lam_hi))
+        return Parts(self.body_key, std_cdf(self.family, z, self.skew), std_sf(self.family, z, self.skew), u_lo, 1.0 - u_lo, u_hi,
                      1.0 - u_hi, pdf)
 
     @property
-    def body_key(self) -> tuple[str, float, float, float]:
+    def body_key(self) -> tuple[str, float, float, float, float]:
         """What :class:`Parts` depend on: every parameter but the weights."""
-        return (self.family, self.s, self.lam_lo, self.lam_hi)
+        return (self.family, self.s, self.lam_lo, self.lam_hi, self.skew)
 
-    def _check(self, key: tuple[str, float, float, float]) -> None:
+    def _check(self, key: tuple[str, float, float, float, float]) -> None:
         if key != self.body_key:
             raise ValueError(f"parts of {key} used for a shape {self.body_key}")
 
@@ -226,7 +238,7 @@ class StepShape:
 
     def grid(self, points: int = 20001) -> np.ndarray:
         """A grid in ``t`` dense over the body and spanning the contamination."""
-        z = std_ppf(self.family, np.array([1e-12, 1 - 1e-12])) * self.s
+        z = std_ppf(self.family, np.array([1e-12, 1 - 1e-12]), self.skew) * self.s
         lo = min(float(z[0]), -self.lam_lo if self.eps_lo > 0 else float(z[0]))
         hi = max(float(z[1]), self.lam_hi if self.eps_hi > 0 else float(z[1]))
         body = np.linspace(float(z[0]), float(z[1]), points // 2)
@@ -234,12 +246,12 @@ class StepShape:
 
 
 @lru_cache(maxsize=512)
-def body_table(family: str, s: float) -> tuple[np.ndarray, np.ndarray]:
+def body_table(family: str, s: float, a: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(z grid, cumulative integrals of e^(p s z) g(z) dz for p = 1, 2): the body's partial
     expectations of e^t and e^(2t), built once per (family, scale)."""
-    lo, hi = std_ppf(family, np.array([_TAIL, 1 - _TAIL]))
+    lo, hi = std_ppf(family, np.array([_TAIL, 1 - _TAIL]), a)
     z = np.linspace(float(lo), float(hi), _GRID)
-    g = std_pdf(family, z)
+    g = std_pdf(family, z, a)
     dz = z[1] - z[0]
     out = []
     for p in (1, 2):

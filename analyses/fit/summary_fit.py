@@ -37,7 +37,7 @@ What summaries leave unknown is said in the spec (``fitted_from``, ``statistics`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -64,9 +64,10 @@ from analyses.fit.stepshape import (
 from analyses.fit.summaries import conform_summaries
 
 FAMILY = "logistic"
-# the response body's other candidate: left-skewed on the log axis (Weibull lengths), as agent
-# trajectories are; it replaces the log-logistic only when the summaries favour it by FAMILY_MARGIN
-OTHER_FAMILIES = ("gumbel_min",)
+# the response body's candidates (family, skew), from the log-logistic to the Weibull (left-skewed on
+# the log axis, as agent trajectories are) through the glogistic's skews between them; the least
+# skewed whose likelihood is within FAMILY_MARGIN of the best is taken (:func:`fit_body`)
+BODIES = ((FAMILY, 1.0), ("glogistic", 2.0), ("glogistic", 4.0), ("glogistic", 8.0), ("gumbel_min", 1.0))
 FAMILY_MARGIN = 2.0
 S_GRID = tuple(float(v) for v in np.exp(np.linspace(math.log(0.03), math.log(2.0), 11)))
 LOG_EPS = (math.log(1e-7), math.log(0.05))
@@ -279,6 +280,97 @@ def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray, parts: RowParts | No
     return ll
 
 
+def weight_terms(shape: StepShape, r: _Rows, parts: RowParts) -> tuple[np.ndarray, ...] | None:
+    """The rows' log-likelihood as ``sum coef log(B + eps_lo P + eps_hi Q)`` plus what the weights do
+    not move: each probability in :func:`loglik_rows` is the body's, the lower and the upper
+    contamination's, mixed by the weights, so at fixed scale and levels the likelihood is a sum of
+    logarithms of affine functions of ``(eps_lo, eps_hi)`` -- concave, one maximum, and Newton's
+    method finds it (:func:`max_weights`). ``(coef, B, P, Q)``; None for rows that average several
+    steps' extremes (their normal terms are not of this form)."""
+    if r.avg.any() or parts.ends is None:
+        return None
+    d = r.d
+    n = d.n
+    t = parts.t
+    comps = []
+    for w in ((0.0, 0.0), (1.0, 0.0), (0.0, 1.0)):  # the body, the lower, the upper contamination alone
+        sh = replace(shape, eps_lo=w[0], eps_hi=w[1])
+        c, sv = sh.mix(parts.ends)
+        mass = [np.where(t[i] > 0, sv[i] - sv[j], c[j] - c[i]) for i, j in ((0, 1), (2, 3), (1, 4))]
+        if d.half > 0:
+            lo_p, hi_p = mass[0], mass[1]
+        else:
+            dens = sh.mix_pdf(parts.ends)
+            lo_p, hi_p = dens[0], dens[2]
+        comps.append((lo_p, hi_p, mass[2], sv[5], c[2]))
+    cut = r.cut if np.isfinite(r.cap) else np.zeros(n.size, bool)
+    same = d.lo >= d.hi
+    plain = r.exact & ~cut & ~same
+    # per term: (rows, coefficient, which probability: lo, hi, mid, above the cap, below the max)
+    spec = [(plain, np.ones(n.size), 0), (plain, np.ones(n.size), 1), (plain, n - 2, 2),
+            (r.exact & cut & ~same, r.c, 3), (r.exact & cut & ~same, np.ones(n.size), 0),
+            (r.exact & cut & ~same, n - r.c - 1, 2), (r.exact & same, n, 0),
+            (r.maxonly, np.ones(n.size), 1), (r.maxonly, n - 1, 4)]
+    coef, parts_b, parts_l, parts_h = [], [], [], []
+    for rows, k, which in spec:
+        use = rows & (k > 0)
+        if not use.any():
+            continue
+        coef.append(k[use])
+        b, lo_, hi_ = (comp[which][use] for comp in comps)
+        parts_b.append(b)
+        parts_l.append(lo_ - b)
+        parts_h.append(hi_ - b)
+    if not coef:
+        return None
+    return tuple(np.concatenate(x) for x in (coef, parts_b, parts_l, parts_h))
+
+
+def max_weights(terms: tuple[np.ndarray, ...], start: np.ndarray, tol: float = 1e-10) -> np.ndarray:
+    """``log (eps_lo, eps_hi)`` maximising ``sum coef log(B + e1 P + e2 Q)`` on the box
+    :data:`LOG_EPS` (exponentiated): projected Newton from ``start`` with a backtracking line search;
+    the function is concave, so the maximum it stops at is the box's."""
+    coef, b, p, q = terms
+    lo, hi = math.exp(LOG_EPS[0]), math.exp(LOG_EPS[1])
+    e = np.clip(np.exp(np.asarray(start, dtype=float)), lo, hi)
+
+    def value(x: np.ndarray) -> float:
+        return float(np.sum(coef * np.log(np.maximum(b + x[0] * p + x[1] * q, 0.0) + 1e-300)))
+
+    f = value(e)
+    for _ in range(100):
+        m = np.maximum(b + e[0] * p + e[1] * q, 1e-300)
+        wp, wq = coef * p / m, coef * q / m
+        g = np.array([wp.sum(), wq.sum()])
+        hess = -np.array([[np.sum(wp * p / m), np.sum(wp * q / m)], [np.sum(wp * q / m), np.sum(wq * q / m)]])
+        # a bound the gradient pushes against holds its variable; Newton on the others
+        free = ~(((e <= lo) & (g < 0)) | ((e >= hi) & (g > 0)))
+        if not free.any():
+            break
+        step = np.zeros(2)
+        hf = hess[np.ix_(free, free)] - 1e-12 * np.eye(int(free.sum()))
+        try:
+            step[free] = -np.linalg.solve(hf, g[free])
+        except np.linalg.LinAlgError:
+            step[free] = g[free]
+        if float(g @ step) <= 0:  # not an ascent direction (numerically flat): the gradient's
+            step = np.where(free, g, 0.0)
+        a = 1.0
+        while a > 1e-12:
+            x = np.clip(e + a * step, lo, hi)
+            fx = value(x)
+            if fx >= f:
+                break
+            a *= 0.5
+        else:
+            break
+        done = np.max(np.abs(x - e) / np.maximum(e, lo)) < tol
+        e, f = x, fx
+        if done:
+            break
+    return np.log(e)
+
+
 @dataclass
 class LevelFit:
     """Per-step distributions of one length variable: a shared shape, a level per step."""
@@ -313,8 +405,11 @@ class LevelFit:
     def body(self) -> dict[str, Any]:
         """The fitted shape's parameters, as the spec records them."""
         sh = self.shape
-        return {"family": SCIPY_NAME[sh.family], "log_scale": sh.s, "eps_low": sh.eps_lo, "eps_high": sh.eps_hi,
-                "low_span": sh.lam_lo, "high_span": sh.lam_hi, "loglik": self.loglik}
+        out = {"family": SCIPY_NAME[sh.family], "log_scale": sh.s, "eps_low": sh.eps_lo, "eps_high": sh.eps_hi,
+               "low_span": sh.lam_lo, "high_span": sh.lam_hi, "loglik": self.loglik}
+        if sh.family == "glogistic":
+            out["skew"] = sh.skew
+        return out
 
 
 def shape_marginal(shape: StepShape, level: float, upper: float, cap: float | None, n: int, n_censored: int,
@@ -386,7 +481,7 @@ def mean_terms(shape: StepShape, r: _Rows, mu: np.ndarray,
 
 
 def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, per_prompt: int = 1,
-               shared: bool = False) -> LevelFit:
+               shared: bool = False, skew: float = 1.0) -> LevelFit:
     """The shared shape and each step's level of one length variable (see the module text);
     ``shared``: one level for every step (a variable that does not drift), the step means then
     entering the likelihood (:func:`mean_terms`).
@@ -405,7 +500,7 @@ def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, pe
     informative = (r.exact | r.maxonly | r.avg).any() or (shared and d.n.size > 1)
 
     def make(s: float, le: np.ndarray) -> StepShape:
-        return StepShape(family, s, math.exp(le[0]), math.exp(le[1]), lam_lo, lam_hi)
+        return StepShape(family, s, math.exp(le[0]), math.exp(le[1]), lam_lo, lam_hi, skew)
 
     def levels(sh: StepShape, mu: np.ndarray | None) -> np.ndarray:
         return _shared_level(sh, r) if shared else _levels(sh, r, mu)
@@ -423,6 +518,10 @@ def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, pe
                 break
             # the weights move nothing but the weights: what the scale and the levels fix is computed once
             parts = (row_parts(sh, r, mu), mean_parts(sh, r, mu) if shared else None)
+            terms = None if shared else weight_terms(sh, r, parts[0])
+            if terms is not None:
+                le = max_weights(terms, le)
+                continue
 
             def neg(x: np.ndarray, mu: np.ndarray = mu, parts: tuple[RowParts, Any] = parts) -> float:
                 return -total(make(s, np.clip(x, *LOG_EPS)), mu, parts)
@@ -477,7 +576,7 @@ def heavy_flags(fit: LevelFit) -> np.ndarray:
     sh = fit.shape
     if sh.eps_hi <= 0:
         return np.zeros(fit.steps.size, bool)
-    quiet = StepShape(sh.family, sh.s, sh.eps_lo / (1 - sh.eps_hi), 0.0, sh.lam_lo, sh.lam_hi)
+    quiet = replace(sh, eps_lo=sh.eps_lo / (1 - sh.eps_hi), eps_hi=0.0)
     r = _Rows(fit.data)
     top = np.where(r.cut, r.cap, fit.data.hi)
     with np.errstate(invalid="ignore"):
@@ -493,7 +592,7 @@ def heavy_entry(fit: LevelFit, level: float, flags: np.ndarray) -> dict[str, Any
     (``extremes``). ``cut_level`` keeps the run's expected number of runaways."""
     sh = fit.shape
     n_bar = float(np.mean(fit.data.n))
-    quiet = StepShape(sh.family, sh.s, sh.eps_lo / (1 - sh.eps_hi), 0.0, sh.lam_lo, sh.lam_hi)
+    quiet = replace(sh, eps_lo=sh.eps_lo / (1 - sh.eps_hi), eps_hi=0.0)
     t_top = float(quiet.ppf(np.array([HEAVY_QUANTILE ** (1.0 / max(n_bar, 1.0))]))[0])
     t_top = min(max(t_top, 0.0), sh.lam_hi)
     share_above = (sh.lam_hi - t_top) / sh.lam_hi
@@ -532,7 +631,7 @@ def widened(fit: LevelFit) -> LevelFit:
     r = _Rows(fit.data)
 
     def at(log_s: float) -> LevelFit:
-        shape = StepShape(sh.family, math.exp(log_s), sh.eps_lo, sh.eps_hi, sh.lam_lo, sh.lam_hi)
+        shape = replace(sh, s=math.exp(log_s))
         mu = _shared_level(shape, r)
         return LevelFit(shape, fit.steps, mu, fit.mu_var, fit.loglik, fit.data, fit.upper)
 
@@ -546,15 +645,14 @@ def widened(fit: LevelFit) -> LevelFit:
 
 
 def fit_body(d: LengthSummaries, within: float = 0.0, per_prompt: int = 1) -> LevelFit:
-    """:func:`fit_levels` with the body's family chosen: the log-logistic, unless another candidate's
-    likelihood is higher by more than :data:`FAMILY_MARGIN` (the log-logistic was the closest
-    family to every recorded run's steps; a left-skewed body fits agent trajectories better)."""
-    best = fit_levels(d, FAMILY, within, per_prompt)
-    for fam in OTHER_FAMILIES:
-        other = fit_levels(d, fam, within, per_prompt)
-        if other.loglik > best.loglik + FAMILY_MARGIN:
-            best = other
-    return best
+    """:func:`fit_levels` with the body chosen among :data:`BODIES`: the least skewed whose
+    likelihood is within :data:`FAMILY_MARGIN` of the best (the log-logistic was the closest family
+    to every recorded run's steps, so a skew is taken only as far as the summaries ask for it; a
+    left-skewed body fits agent trajectories better). With the two ends alone this is the rule
+    "the log-logistic unless the Weibull is favoured by more than the margin"."""
+    fits = [fit_levels(d, fam, within, per_prompt, skew=a) for fam, a in BODIES]
+    best = max(f.loglik for f in fits)
+    return next(f for f in fits if f.loglik >= best - FAMILY_MARGIN)
 
 
 RUNAWAY_MODES = ("heavy", "iid", "none")
@@ -597,7 +695,7 @@ def marginal_entry(fit: LevelFit, level: float, statistics: list[str], integer: 
         d = fit.marginal(level, integer=integer, lower=lower).to_dict()
     else:
         sh = fit.shape
-        quiet = LevelFit(StepShape(sh.family, sh.s, sh.eps_lo / (1 - sh.eps_hi), 0.0, sh.lam_lo, sh.lam_hi),
+        quiet = LevelFit(replace(sh, eps_lo=sh.eps_lo / (1 - sh.eps_hi), eps_hi=0.0),
                          fit.steps, fit.mu, fit.mu_var, fit.loglik, fit.data, fit.upper, fit.spread_se)
         d = quiet.marginal(level, integer=integer, lower=lower).to_dict()
         if heavy and sh.eps_hi > 0:
@@ -610,13 +708,16 @@ def marginal_entry(fit: LevelFit, level: float, statistics: list[str], integer: 
 
 
 def scipy_body(fit: LevelFit, level: float, integer: bool = True, lower: float = 1.0) -> dict[str, Any]:
-    """The body as the plain scipy family it is (``fisk`` c = 1/s, ``weibull_min`` c = 1/s, ``lognorm``
-    s; scale e^level), for consumers that read scipy marginals (PolyTrace's parameter file)."""
+    """The body as the plain scipy family it is (``fisk`` c = 1/s, ``weibull_min`` c = 1/s, ``burr12``
+    c = 1/s and d = the skew, ``lognorm`` s; scale e^level), for consumers that read scipy marginals
+    (PolyTrace's parameter file)."""
     sh = fit.shape
     fam = SCIPY_NAME[sh.family]
-    shape_param, name = (sh.s, "s") if fam == "lognorm" else (1.0 / sh.s, "c")
-    return {"kind": "continuous", "family": fam, "params": [shape_param, 0.0, math.exp(level)],
-            "param_names": [name, "loc", "scale"], "censor_at": fit.data.cap,
+    shape_params, names = ([sh.s], ["s"]) if fam == "lognorm" else ([1.0 / sh.s], ["c"])
+    if fam == "burr12":
+        shape_params, names = [1.0 / sh.s, sh.skew], ["c", "d"]
+    return {"kind": "continuous", "family": fam, "params": [*shape_params, 0.0, math.exp(level)],
+            "param_names": [*names, "loc", "scale"], "censor_at": fit.data.cap,
             "n": max(int(np.sum(fit.data.n * np.maximum(fit.data.averaged, 1))), 1), "n_censored": int(np.sum(fit.data.clipped)),
             "integer": integer, "lower": lower, "gof": {}, "candidates": []}
 
@@ -866,7 +967,7 @@ def shape_of(variable: dict[str, Any]) -> StepShape:
     b = variable["body"]
     family = next(k for k, v in SCIPY_NAME.items() if v == b["family"])
     return StepShape(family, float(b["log_scale"]), float(b["eps_low"]), float(b["eps_high"]), float(b["low_span"]),
-                     float(b["high_span"]))
+                     float(b["high_span"]), float(b.get("skew", 1.0)))
 
 
 def summary_check(w: dict[str, Any], summ: pl.DataFrame) -> pl.DataFrame:

@@ -88,11 +88,12 @@ def test_the_glogistic_is_burr12_between_the_logistic_and_the_weibull():
 
 
 def test_the_body_is_the_least_skewed_the_summaries_allow():
-    """Left-skewed lengths (glogistic a = 4 on the log axis, as multi-turn trajectories are) take a
-    skewed body; log-logistic lengths keep the log-logistic."""
-    skewed = fit_body(LengthSummaries.from_frame(_rows(5, skew=4.0, steps=4), "response", "n", 4000.0, SPELLINGS))
+    """Left-skewed trajectory lengths (glogistic a = 4 on the log axis, as multi-turn trajectories
+    are) take a skewed body; log-logistic lengths keep the log-logistic."""
+    skewed = fit_body(LengthSummaries.from_frame(_rows(5, skew=4.0, steps=4), "response", "n", 4000.0, SPELLINGS),
+                      multi_turn=True)
     assert skewed.shape.family != "logistic"
-    plain = fit_body(LengthSummaries.from_frame(_rows(6, steps=4), "response", "n", 4000.0, SPELLINGS))
+    plain = fit_body(LengthSummaries.from_frame(_rows(6, steps=4), "response", "n", 4000.0, SPELLINGS), multi_turn=True)
     assert plain.shape.family == "logistic"
     assert plain.body()["family"] == "fisk" and "skew" not in plain.body()
 

@@ -64,10 +64,13 @@ from analyses.fit.stepshape import (
 from analyses.fit.summaries import conform_summaries
 
 FAMILY = "logistic"
-# the response body's candidates (family, skew), from the log-logistic to the Weibull (left-skewed on
-# the log axis, as agent trajectories are) through the glogistic's skews between them; the least
-# skewed whose likelihood is within FAMILY_MARGIN of the best is taken (:func:`fit_body`)
-BODIES = ((FAMILY, 1.0), ("glogistic", 2.0), ("glogistic", 4.0), ("glogistic", 8.0), ("gumbel_min", 1.0))
+# the response body's candidates (family, skew): the log-logistic, the closest family to every
+# recorded run's single-turn steps, and the Weibull (left-skewed on the log axis); a multi-turn
+# trajectory sums its turns, and those that stop at the first turn make a short mass below the
+# body, so agent runs also get the glogistic's skews between the two. The least skewed whose
+# likelihood is within FAMILY_MARGIN of the best is taken (:func:`fit_body`)
+BODIES = ((FAMILY, 1.0), ("gumbel_min", 1.0))
+AGENT_BODIES = ((FAMILY, 1.0), ("glogistic", 2.0), ("glogistic", 4.0), ("glogistic", 8.0), ("gumbel_min", 1.0))
 FAMILY_MARGIN = 2.0
 S_GRID = tuple(float(v) for v in np.exp(np.linspace(math.log(0.03), math.log(2.0), 11)))
 LOG_EPS = (math.log(1e-7), math.log(0.05))
@@ -644,13 +647,12 @@ def widened(fit: LevelFit) -> LevelFit:
     return at(hi)
 
 
-def fit_body(d: LengthSummaries, within: float = 0.0, per_prompt: int = 1) -> LevelFit:
-    """:func:`fit_levels` with the body chosen among :data:`BODIES`: the least skewed whose
-    likelihood is within :data:`FAMILY_MARGIN` of the best (the log-logistic was the closest family
-    to every recorded run's steps, so a skew is taken only as far as the summaries ask for it; a
-    left-skewed body fits agent trajectories better). With the two ends alone this is the rule
+def fit_body(d: LengthSummaries, within: float = 0.0, per_prompt: int = 1, multi_turn: bool = False) -> LevelFit:
+    """:func:`fit_levels` with the body chosen among :data:`BODIES` (``multi_turn``:
+    :data:`AGENT_BODIES`): the least skewed whose likelihood is within :data:`FAMILY_MARGIN` of the
+    best, so a skew is taken only as far as the summaries ask for it. With the two ends this is
     "the log-logistic unless the Weibull is favoured by more than the margin"."""
-    fits = [fit_levels(d, fam, within, per_prompt, skew=a) for fam, a in BODIES]
+    fits = [fit_levels(d, fam, within, per_prompt, skew=a) for fam, a in (AGENT_BODIES if multi_turn else BODIES)]
     best = max(f.loglik for f in fits)
     return next(f for f in fits if f.loglik >= best - FAMILY_MARGIN)
 
@@ -900,7 +902,9 @@ def fit_workload_from_summaries(
         assumed.append("samples_per_prompt")
     resp = LengthSummaries.from_frame(summ, "response", "n", cap, SPELLINGS)
     rho = within if within is not None else (DEFAULT_WITHIN if k > 1 else 0.0)
-    fit = fit_body(resp, within=rho, per_prompt=k)
+    turns = turns_variable(summ)
+    multi = turns is not None and max(turns["support"]) > 1
+    fit = fit_body(resp, within=rho, per_prompt=k, multi_turn=multi)
     prompt, prompt_fit = _prompt_variable(summ, k)
     within_source = "given" if within is not None else "none" if k == 1 else "assumed"
     if within is None and k > 1:
@@ -917,8 +921,6 @@ def fit_workload_from_summaries(
         variables["prompt_tokens"] = prompt
     rvar = marginal_entry(fit, drift.reference, resp.statistics, heavy=True)
     variables["response_tokens"] = rvar
-    turns = turns_variable(summ)
-    multi = turns is not None and max(turns["support"]) > 1
     if multi:
         variables["n_turns"] = turns
         # a call per turn but the last: the tool-calling turns the loop logged

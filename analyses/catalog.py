@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Protocol
 
@@ -129,11 +130,19 @@ def comment_ddl(views: Iterable[DerivedView] = ()) -> list[str]:
     ``duckdb_columns()`` and SQL tools such as DBeaver list them. A derived view's columns are
     described in its view comment. ~0.5 ms a comment, so only the catalog file and the query
     sandbox carry them, not every in-memory connection."""
-    out = []
+    return [stmt for stmts in _comments_by_view(views).values() for stmt in stmts]
+
+
+def _comments_by_view(views: Iterable[DerivedView] = ()) -> dict[str, list[str]]:
+    """:func:`comment_ddl`'s statements per view (base tables first, then ``views``)."""
+    out: dict[str, list[str]] = {}
     for name in TABLES:
-        out.append(f'COMMENT ON VIEW "{name}" IS {_sql_str(table_description(name))}')
-        out.extend(f'COMMENT ON COLUMN "{name}"."{c}" IS {_sql_str(doc)}' for c, doc in column_docs(name).items() if doc)
-    return out + _view_comment_ddl(views)
+        out[name] = [f'COMMENT ON VIEW "{name}" IS {_sql_str(table_description(name))}']
+        out[name] += [f'COMMENT ON COLUMN "{name}"."{c}" IS {_sql_str(doc)}' for c, doc in column_docs(name).items()
+                      if doc]
+    for v in views:
+        out[v.name] = [f'COMMENT ON VIEW "{v.name}" IS {_sql_str(v.doc)}'] if v.doc else []
+    return out
 
 
 def _view_comment_ddl(views: Iterable[DerivedView]) -> list[str]:
@@ -164,6 +173,54 @@ def catalog_path(root: Path) -> Path:
     return root / CATALOG_NAME
 
 
+CATALOG_STATE = ".catalog.state.json"
+
+
+def _view_statements(root: Path, views: Iterable[DerivedView]) -> dict[str, list[str]]:
+    """Per view of the catalog file (base tables, then ``views``): its DDL and its comments."""
+    views = list(views)
+    ddl = all_ddl(root, views, relative=True)[0]
+    names = [*TABLES, *(v.name for v in views)]
+    comments = _comments_by_view(views)
+    return {name: [stmt, *comments[name]] for name, stmt in zip(names, ddl, strict=True)}
+
+
+def _digest(stmts: list[str]) -> str:
+    return hashlib.sha256("\n".join(stmts).encode()).hexdigest()
+
+
+def _file_identity(path: Path) -> list[int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _written_views(root: Path, path: Path) -> dict[str, str]:
+    """The digest of each view's statements as the last :func:`refresh_catalog` wrote them, while
+    the file is the one it left (same inode, size and mtime, no write-ahead log: nobody wrote it
+    since); else nothing (every view is written again)."""
+    try:
+        state = json.loads((root / CATALOG_STATE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(state, dict) or state.get("file") != _file_identity(path) or Path(f"{path}.wal").exists():
+        return {}
+    views = state.get("views")
+    return views if isinstance(views, dict) else {}
+
+
+def _remember_views(root: Path, path: Path, views: dict[str, str]) -> None:
+    tmp = root / f"{CATALOG_STATE}.tmp"
+    try:
+        tmp.write_text(json.dumps({"file": _file_identity(path), "views": views}))
+        os.replace(tmp, root / CATALOG_STATE)
+    except OSError:  # the next refresh writes every view again
+        with suppress(OSError):
+            (root / CATALOG_STATE).unlink()
+
+
 def refresh_catalog(
     root: Path,
     views: Iterable[DerivedView] = (),
@@ -173,11 +230,21 @@ def refresh_catalog(
     """Rewrite the catalog file's base-table views (and ``views``, when given, with their digest:
     :func:`connect` trusts a snapshot of the file only when it is its own views'). Safe to call
     from several processes at once. Derived views already in the file are kept: DuckDB binds a
-    view's SQL when it is queried, so they read the new base tables."""
+    view's SQL when it is queried, so they read the new base tables.
+
+    A view whose DDL and comments are those this function last wrote to the same file is left as
+    it is (``.catalog.state.json`` holds their digests and the file's identity): an append-only
+    refresh changes the file lists of a few base views, and re-creating all of them and their
+    ~300 comments cost 0.2-0.6 s of each refresh; a file anyone else wrote since is rewritten whole."""
     views = list(views)
     root.mkdir(parents=True, exist_ok=True)
     path = catalog_path(root)
     with _file_lock(root / ".catalog.lock"), reader_lease(root):  # binding the views reads the files
+        wanted = {name: (_digest(stmts), stmts) for name, stmts in _view_statements(root, views).items()}
+        written = _written_views(root, path)
+        todo = [stmt for name, (digest, stmts) in wanted.items() if written.get(name) != digest for stmt in stmts]
+        if not todo and path.exists():
+            return path
         for attempt in range(retries):
             try:
                 con = duckdb.connect(str(path), config={"storage_compatibility_version": STORAGE_VERSION})
@@ -193,7 +260,8 @@ def refresh_catalog(
                 # of times, most of a small ingest's time; other readers of the file still see the
                 # old views or all of the new ones
                 con.execute("BEGIN TRANSACTION")
-                for stmt in all_ddl(root, views, relative=True, comments=True)[0]:
+                (root / CATALOG_STATE).unlink(missing_ok=True)  # stale from here until the file is closed
+                for stmt in todo:
                     con.execute(stmt)
                 if views:
                     con.execute(f"CREATE SCHEMA IF NOT EXISTS {STAMP_SCHEMA}")
@@ -201,6 +269,7 @@ def refresh_catalog(
                 con.execute("COMMIT")
             finally:
                 con.close()
+            _remember_views(root, path, {**written, **{name: digest for name, (digest, _) in wanted.items()}})
             return path
     raise TimeoutError(f"could not open {path} for writing after {retries} attempts")
 

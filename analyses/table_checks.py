@@ -97,11 +97,21 @@ def blocking_problems(files: Mapping[str, Path]) -> list[str]:
         if not passed:
             problems.extend(f"{name}: {p}" for p in meta.get("problems", []))
     if "steps" in files:
-        passed, meta = check_steps_unique_ordered(pl.read_parquet(files["steps"], columns=["step"]))
+        steps = pl.read_parquet(files["steps"], columns=["step"])
+        if _strictly_ascending(steps.get_column("step")):  # the check passes: its counts are not needed
+            return problems
+        passed, meta = check_steps_unique_ordered(steps)
         if not passed:
             problems.append(f"steps: {meta['null_steps']} null, {meta['duplicated_steps']} duplicated, "
                             f"{meta['out_of_order_rows']} out-of-order step(s)")
     return problems
+
+
+def _strictly_ascending(s: pl.Series) -> bool:
+    """No null and each value above the one before: one row per step, in order (a run's staged
+    steps), which is what :func:`check_steps_unique_ordered` passes, at a fraction of its cost
+    (its group-by and distinct count took 0.3 s of every publish of a run of 870k steps)."""
+    return s.null_count() == 0 and (s.len() < 2 or bool((s.diff(null_behavior="drop") > 0).all()))
 
 
 # --- steps -------------------------------------------------------------------------------------

@@ -194,13 +194,14 @@ def _file_identity(path: Path) -> list[int] | None:
         st = path.stat()
     except OSError:
         return None
-    return [st.st_ino, st.st_size, st.st_mtime_ns]
+    return [st.st_size, st.st_mtime_ns]
 
 
 def _written_views(root: Path, path: Path) -> dict[str, str]:
     """The digest of each view's statements as the last :func:`refresh_catalog` wrote them, while
-    the file is the one it left (same inode, size and mtime, no write-ahead log: nobody wrote it
-    since); else nothing (every view is written again)."""
+    the file is as it left it (same size and mtime, no write-ahead log: nobody wrote it since; a
+    copied warehouse keeps both, and its views name files relative to it); else nothing (every
+    view is written again)."""
     try:
         state = json.loads((root / CATALOG_STATE).read_text())
     except (OSError, ValueError):

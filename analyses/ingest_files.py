@@ -382,10 +382,13 @@ def needs_truncation(facts: RunFacts, manifest: RunManifest) -> bool:
 
 
 def finish_run_tables(staging: RunStaging, report: RunReport, manifest: RunManifest, config: ConfigFacts,
-                      facts: RunFacts, run_path: Path, scan: Callable[[str], pl.LazyFrame] | None = None) -> None:
-    """Stage ``source_files``, ``runs`` and ``run_config``, and count each table's rows into the
-    report (``scan``: how to read a table whole; default: what is staged)."""
-    staging.replace("run_config", _config_rows(report, run_path))
+                      facts: RunFacts, run_path: Path, scan: Callable[[str], pl.LazyFrame] | None = None,
+                      run_config: bool = True) -> None:
+    """Stage ``source_files``, ``runs`` and ``run_config`` (unless not ``run_config``: the caller
+    keeps the previous version's), and count each table's rows into the report (``scan``: how to
+    read a table whole; default: what is staged)."""
+    if run_config:
+        staging.replace("run_config", _config_rows(report, run_path))
     sf = pl.DataFrame(
         [
             {
@@ -449,17 +452,19 @@ _CONFIG_TABLE_FORMATS = ("verl_console",)
 
 
 def infer_facts(scan: Callable[[str], pl.LazyFrame], report: RunReport, manifest: RunManifest,
-                run_path: Path) -> tuple[ConfigFacts, RunFacts]:
-    """What a config dump says, and the run's cap and GPU count: run.toml, else what its logs imply
-    (:mod:`analyses.run_facts`)."""
+                run_path: Path, known: ConfigFacts | None = None) -> tuple[ConfigFacts, RunFacts]:
+    """What a config dump says (``known``: what it said when the heads of the files were last
+    read, when they have not changed since), and the run's cap and GPU count: run.toml, else what
+    its logs imply (:mod:`analyses.run_facts`)."""
     config = ConfigFacts()
-    for f in report.files:
+    for f in report.files if known is None else ():
         if f.format in _CONFIG_DUMP_FORMATS and f.status in ("ok", "partial"):
             try:
                 found = config_dump_file_facts(run_path if run_path.is_file() else run_path / f.path)
             except OSError:  # the input went away since it was read: its facts are simply not known
                 continue
             config = config.merged(found)
+    config = config if known is None else known
     declared = ConfigFacts(max_prompt_length=manifest.max_prompt_length, train_batch_size=manifest.train_batch_size,
                            rollout_n=manifest.rollout_n)
     return config, infer_run_facts(manifest.max_response_length, manifest.n_gpus, config, scan("samples"),

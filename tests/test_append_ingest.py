@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyses import warehouse
+from analyses import ingest_files, run_facts, warehouse
 from analyses.ingest import RunReport, ingest_run
 from analyses.schema import TABLES
 from analyses.warehouse import read_published, scan_table
@@ -57,8 +57,21 @@ def _cuts(size: int, seed: int) -> list[int]:
 @pytest.mark.real_logs
 @pytest.mark.parametrize(("fmt", "rel", "resumable"), INPUTS, ids=[f"{i[0]}-{Path(i[1]).stem[:12]}" for i in INPUTS])
 def test_appends_equal_one_full_ingest(tmp_path: Path, real_file, fmt: str, rel: str, resumable: bool) -> None:  # noqa: ANN001
-    data = real_file(rel).read_bytes()
-    name = Path(rel).name
+    _appends_equal_one_full_ingest(tmp_path, real_file(rel).read_bytes(), fmt, Path(rel).name, resumable)
+
+
+@pytest.mark.real_logs
+@pytest.mark.parametrize("rel", [i[1] for i in INPUTS if i[0] == "verl_console"])
+def test_appends_past_the_config_head_equal_one_full_ingest(tmp_path: Path, real_file, rel: str,  # noqa: ANN001
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log past the bytes its config dump is read from (4 MiB; 64 KiB here): an append keeps the
+    previous version's config facts and run_config instead of reading the head again."""
+    for mod in (run_facts, ingest_files):
+        monkeypatch.setattr(mod, "CONFIG_HEAD_BYTES", 64 << 10)
+    _appends_equal_one_full_ingest(tmp_path, real_file(rel).read_bytes(), "verl_console", Path(rel).name, True)
+
+
+def _appends_equal_one_full_ingest(tmp_path: Path, data: bytes, fmt: str, name: str, resumable: bool) -> None:
     run = tmp_path / "live" / "run"
     run.mkdir(parents=True)
     wh = tmp_path / "live" / "wh"
@@ -188,3 +201,42 @@ def test_old_manifests_stay_readable(tmp_path: Path) -> None:
     rep = ingest_run(log.parent, wh)
     assert rep.mode == "full" and "keeps no append state" in rep.refresh_notes[0]
     assert scan_table(wh, "steps").collect().height == 5
+
+
+@pytest.mark.parametrize("clock", ["time_stamps", "started_at"])
+def test_appended_steps_and_windows_are_segments_equal_to_a_full_ingest(tmp_path: Path, clock: str) -> None:
+    """A log growing by new steps: ``steps`` and ``step_windows`` get one segment per append (the
+    previous rows are not rewritten), whether the windows come from the lines' time stamps (each
+    reads the step before it) or from run.toml's start and the summed step times (each reads every
+    step before it); the tables and the row counts the report gives equal a full ingest."""
+    def lines(n: int, start: int) -> str:
+        stamp = "2026-01-01 00:{m:02d}:{s:02d} " if clock == "time_stamps" else ""
+        return "".join(stamp.format(m=i // 60, s=i % 60) + f"step:{i} - response_length/mean:{100 + i} - "
+                       f"timing_s/step:{5.0 + i % 3}\n" for i in range(start, start + n))
+
+    run = tmp_path / "run"
+    run.mkdir()
+    if clock == "started_at":
+        (run / "run.toml").write_text('started_at = "2026-01-01T00:00:00Z"\n')
+    log = run / "train.log"
+    log.write_text(lines(3, 1))
+    wh = tmp_path / "wh"
+    ingest_run(run, wh, run_id="run")
+    step = 4
+    for _ in range(3):
+        with log.open("a") as fh:
+            fh.write(lines(2, step))
+        step += 2
+        rep = ingest_run(run, wh, run_id="run")
+        assert rep.mode == "append", rep.refresh_notes
+    tables = read_published(wh, "run").tables
+    assert len(tables["steps"]) == 4 and len(tables["step_windows"]) == 4
+    windows = scan_table(wh, "step_windows").collect()
+    assert windows["step"].to_list() == list(range(1, step))
+    ref = tmp_path / "ref"
+    (ref / "run").mkdir(parents=True)
+    for f in run.iterdir():
+        shutil.copy(f, ref / "run" / f.name)
+    full = ingest_run(ref / "run", ref / "wh", run_id="run", append=False)
+    _assert_same(wh, ref / "wh", clock)
+    assert rep.table_rows == full.table_rows

@@ -26,7 +26,7 @@ def tail_digest(path: Path, end: int) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _ends_with_newline(path: Path, size: int) -> bool:
+def ends_with_newline(path: Path, size: int) -> bool:
     if size == 0:
         return True
     with open(path, "rb") as fh:
@@ -99,7 +99,7 @@ def read_state(path: Path, fr: Any, end: int, reader: Any) -> dict:
     return {
         "size": end,
         "tail": tail_digest(path, end),
-        "newline_end": _ends_with_newline(path, end),
+        "newline_end": ends_with_newline(path, end),
         "gzip": end > 0 and is_gzip(path),
         "resumable": bool(getattr(reader, "resumable", False)),
         "format": fr.format, "status": fr.status, "error": fr.error, "lines": fr.lines, "rows_ok": fr.rows_ok,

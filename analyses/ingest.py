@@ -29,9 +29,9 @@ from analyses.ingest_files import (  # noqa: F401 - FileReport, RunFiles, ... ar
     discover_files,
     finish_run_tables,
     infer_facts,
-    ingest_file,
     needs_truncation,
 )
+from analyses.ingest_many import ingest_files
 from analyses.manifest import RunManifest, load_manifest, run_id_from_name, validate_run_id
 from analyses.readers import reader_by_name
 from analyses.run_facts import (
@@ -124,10 +124,10 @@ def ingest_run(
                        if report_skipped and not any((run_path / rel).is_relative_to(d) for d in skip_under)]
             emit("run_start", {"run_id": rid, "files": len(files), "bytes": sum(p.stat().st_size for p in files)})
             run_files = frozenset(files)
-            for idx, path in enumerate(files):
-                rel = path.name if run_path.is_file() else path.relative_to(run_path).as_posix()
-                report.files.append(ingest_file(idx, path, rel, rid, manifest, staging, steps_acc, emit, run_files))
-                kill_point("read")
+            report.files.extend(ingest_files(
+                [(idx, path, path.name if run_path.is_file() else path.relative_to(run_path).as_posix())
+                 for idx, path in enumerate(files)],
+                rid, manifest, staging, steps_acc, emit, run_files, after_each=lambda: kill_point("read")))
             report.files.extend(FileReport(path=rel, format="unknown", bytes=0, status="skipped", error=why)
                                 for rel, why in skipped)
             # from here on every read and write is the warehouse's own: a failure (a full disk) is

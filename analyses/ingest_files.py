@@ -25,7 +25,7 @@ from analyses.atomic_output import WriteFailed
 from analyses.config_dump import config_entries
 from analyses.manifest import MANIFEST_NAME, RunManifest
 from analyses.readers import detect, read_file, reader_by_name
-from analyses.readers.base import Chunk, FileContext, UnreadableFile, read_head
+from analyses.readers.base import Chunk, FileContext, Reader, UnreadableFile, read_head
 from analyses.readers.lines import looks_binary
 from analyses.run_facts import (
     CONFIG_HEAD_BYTES,
@@ -228,10 +228,16 @@ def content_fingerprint(files: list[FileReport]) -> str:
     return h.hexdigest()
 
 
+DETECT = object()  # ingest_file's reader: detect it
+
+
 def ingest_file(
     idx: int, path: Path, rel: str, run_id: str, manifest: RunManifest, staging: RunStaging,
     steps_acc: StepsAccumulator, emit: ProgressFn, run_files: frozenset[Path] = frozenset(),
+    reader: Reader | None | object = DETECT,
 ) -> FileReport:
+    """Read one file into the staging and account for its lines (``reader``: the one detection
+    found already, None for none; by default it is detected here)."""
     t0 = time.perf_counter()
     fr = FileReport(path=rel, format="unknown", bytes=0)
     emit("file_start", {"path": rel, "bytes": _size(path)})
@@ -250,15 +256,15 @@ def ingest_file(
         if fr.bytes == 0:
             fr.status, fr.error = "empty", "file is empty"
             return file_done(fr, t0, emit)
-        head = read_head(path)
-        reader = detect(path, head)
+        if reader is DETECT:
+            reader = detect(path, read_head(path))
         if reader is None:
             fr.status = "unsupported"
             fr.error = "binary file that no reader recognizes" if _looks_binary(path) else "no reader recognizes this file"
             fr.sha256 = hashing.result() if hashing is not None else fr.sha256
             fr.state = file_state(path, fr, before, None)
             return file_done(fr, t0, emit)
-        fr.format = reader.name
+        fr.format = reader.name  # type: ignore[union-attr]
         ctx = FileContext(run_id=run_id, path=path, rel_path=rel, manifest=manifest, run_files=run_files)
         first_reason: str | None = None
         for chunk in read_file(reader, ctx):
@@ -360,11 +366,11 @@ def _size(path: Path) -> int:
         return 0
 
 
-_PATH_TABLES = {"step_metrics", "samples", "filter_batches"}
+PATH_TABLES = frozenset({"step_metrics", "samples", "filter_batches"})  # their rows say their file: path
 
 
 def _has_path(table: str) -> bool:
-    return table in _PATH_TABLES
+    return table in PATH_TABLES
 
 
 def file_done(fr: FileReport, t0: float, emit: ProgressFn) -> FileReport:

@@ -54,6 +54,20 @@ class Chunk:
     rows_skipped: int = 0
 
 
+@dataclass
+class FilesChunk:
+    """What :meth:`ReaderBase.read_many` gives for several whole files at once: ``tables`` and
+    ``rejects`` as in :class:`Chunk`, each row with ``_file`` (the index of its file among those
+    given), and per file its lines, parsed, rejected and skipped lines."""
+
+    tables: dict[str, pl.DataFrame]
+    rejects: pl.DataFrame
+    lines: list[int]
+    rows_ok: list[int]
+    rows_rejected: list[int]
+    rows_skipped: list[int]
+
+
 # How exactly a reader records step metrics, best first. When two files of a run carry the same
 # step metric (a wandb run directory holds the binary history and the console capture), the copy
 # from the more exact source is kept; between files of one kind the last in (path, line) order.
@@ -97,6 +111,12 @@ class ReaderBase:
     # what it reads from a file depends on the run's other files (FileContext.run_files): a file
     # added to the run can change it, so an append-only refresh does not take new files then
     reads_siblings: bool = False
+
+    def read_many(self, ctxs: list[FileContext]) -> FilesChunk | None:
+        """All of several small files of this format at once, the rows :meth:`read` gives for
+        each (a run of hundreds of small step files paid a fixed cost per file); None when it
+        cannot (the default, or a file it would reject lines of): they are read one by one."""
+        return None
 
 
 class UnreadableFile(Exception):

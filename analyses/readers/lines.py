@@ -68,7 +68,7 @@ _FAST_MAX_LINE = 1 << 20  # longer lines go through the block reader, which boun
 # a plain file this small is read once, its lines split from the bytes (a PolyTrace step file
 # is 10 KB to 3.4 MB: opening and scanning it three times cost more than splitting it; 3.4 MB
 # multi-turn files read 1.7 ms faster each, 18.5 instead of 20.3 ms)
-_SMALL_FILE_BYTES = 4 << 20
+_SMALL_FILE_BYTES = SMALL_FILE_BYTES = 4 << 20
 _TEXT_CHECK_BYTES = 64 * 1024
 _MAX_BAD_FRACTION = 0.10  # share of NUL/control/undecodable characters above which a file is "not text"
 _TEXT_CONTROLS = "\t\n\r\x0b\x0c\x08\x1b"  # control characters real logs hold (ANSI escapes, tabs, ...)
@@ -226,6 +226,41 @@ def _window_batches(win: LineWindow, batch_lines: int, contains: str | None, bat
     df = pl.scan_lines(data, name="line", row_index_name="line_no", row_index_offset=win.first_line_no).select(
         pl.col("line_no").cast(pl.Int64), "line").collect()
     yield from _split_batches(df, win.first_line_no - 1 + scan.n_lines, rows, contains, done=win.first_line_no - 1)
+
+
+def small_files_lines(paths: list[Path], max_bytes: int = 64 << 20) -> tuple[pl.DataFrame, list[int]] | None:
+    """The lines of several small plain files as one frame ``(_file, line_no, line)`` (``_file``:
+    the index into ``paths``; ``line_no`` numbered per file, as :func:`iter_line_batches` numbers
+    them), and each file's line count; None unless every file is one whose lines it would give in
+    one batch as they are (plain, clean UTF-8 text of at most ``_SMALL_FILE_BYTES``, no NUL, no
+    over-long line, ending with a newline) and together they hold at most ``max_bytes``: the caller
+    reads them one by one then. One split of all their bytes instead of one per file: a step file
+    of 11 KB cost ~1.5 ms to read alone, most of it fixed."""
+    lim = limits.current()
+    datas: list[bytes] = []
+    counts: list[int] = []
+    total = 0
+    for path in paths:
+        try:
+            small = _small_plain(Path(path), lim.max_line_bytes)
+        except UnreadableFile:
+            return None
+        if small is None or not small[0].endswith(b"\n") or small[1].n_lines > DEFAULT_BATCH_LINES:
+            return None
+        total += len(small[0])
+        if total > max_bytes:
+            return None
+        datas.append(small[0])
+        counts.append(small[1].n_lines)
+    if not datas:
+        return None
+    lines = pl.scan_lines(b"".join(datas), name="line").collect()
+    if lines.height != sum(counts):
+        return None
+    file_idx = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    line_no = np.arange(lines.height, dtype=np.int64) - np.repeat(starts, counts) + 1
+    return lines.select(pl.Series("_file", file_idx), pl.Series("line_no", line_no), "line"), counts
 
 
 def stream_line_frames(

@@ -26,12 +26,15 @@ from pathlib import Path
 
 import polars as pl
 
-from analyses.readers.base import Chunk, FileContext, ReaderBase
+from analyses.readers.base import Chunk, FileContext, FilesChunk, ReaderBase
 from analyses.readers.typed_jsonl import (
+    FILE_COLUMN,
     Decoded,
     Field,
     FileKeys,
+    decode_files,
     decode_jsonl,
+    files_chunk,
     first_json_objects,
     step_from_name,
 )
@@ -51,13 +54,26 @@ def _sniff(head: str, path: Path, name_pattern: str, looks_like: Callable[[dict]
     return re.match(name_pattern, path.name) is not None and head.lstrip().startswith("{")
 
 
-def _step_check(file_step: int | None, col: str = "step") -> pl.Expr | None:
+def _step_check(file_step: int | pl.Expr | None, col: str = "step") -> pl.Expr | None:
+    """``file_step``: the step the file name states (an expression per row of several files)."""
     if file_step is None:
         return None
+    want = file_step if isinstance(file_step, pl.Expr) else pl.lit(file_step)
     return (
-        pl.when(pl.col(col) != file_step)
-        .then(pl.format("step {} contradicts the file name (step {})", pl.col(col), pl.lit(file_step)))
+        pl.when(pl.col(col) != want)
+        .then(pl.format("step {} contradicts the file name (step {})", pl.col(col), want))
     )
+
+
+def _file_steps(ctxs: list[FileContext], pattern: str) -> pl.Expr:
+    """Per row of :func:`decode_files`, the step its file's name states (null: none)."""
+    steps = pl.Series([step_from_name(c.path, pattern) for c in ctxs], dtype=pl.Int64)
+    return pl.lit(steps).gather(pl.col(FILE_COLUMN))
+
+
+def _carried(dec: Decoded) -> list[str]:
+    """The file index of rows decoded from several files, which each table keeps."""
+    return [FILE_COLUMN] if FILE_COLUMN in dec.ok.columns else []
 
 
 def _first_reason(*exprs: pl.Expr | None) -> pl.Expr:
@@ -117,32 +133,48 @@ class PackedLengthsReader(ReaderBase):
 
         return _sniff(head, path, PACKED_NAME, looks)
 
+    # the sample id's identity: tensor-parallel peers logging the same prompt are duplicates
+    @staticmethod
+    def _keys() -> tuple[pl.Expr, ...]:
+        return pl.col("validate"), _who(), pl.col("local_index")
+
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         file_step = step_from_name(ctx.path, PACKED_NAME)
-        limit = ctx.manifest.max_response_length
-        # the sample id's identity: tensor-parallel peers logging the same prompt are duplicates
-        keys = FileKeys(pl.col("validate"), _who(), pl.col("local_index"))
+        keys = FileKeys(*self._keys())
         for dec in decode_jsonl(ctx.path, PACKED_FIELDS):
-            dec = _with_first(dec, keys)
-            over = None
-            if limit is not None:
-                over = pl.when(pl.col("output").list.max() > limit).then(
-                    pl.format("response length {} exceeds max_response_length {}", pl.col("output").list.max(), pl.lit(limit))
-                )
-            dec = dec.reject_where(_first_reason(
-                _step_check(file_step),
-                pl.when(pl.col("output").list.len() == 0).then(pl.lit("empty output list")),
-                over,
-                _duplicate("this dp_rank and local_index"),
-            ))
-            yield dec.chunk({"samples": self._samples(dec, ctx, limit)})
+            dec = self._checked(_with_first(dec, keys), file_step, ctx)
+            yield dec.chunk({"samples": self._samples(dec, ctx, ctx.manifest.max_response_length)})
+
+    def read_many(self, ctxs: list[FileContext]) -> FilesChunk | None:
+        got = decode_files([c.path for c in ctxs], PACKED_FIELDS)
+        if got is None:
+            return None
+        dec, counts = got
+        dec = self._checked(_with_first(dec, FileKeys(pl.col(FILE_COLUMN), *self._keys())),
+                            _file_steps(ctxs, PACKED_NAME), ctxs[0])
+        return files_chunk(dec, counts, {"samples": self._samples(dec, ctxs[0], ctxs[0].manifest.max_response_length)})
+
+    @staticmethod
+    def _checked(dec: Decoded, file_step: int | pl.Expr | None, ctx: FileContext) -> Decoded:
+        limit = ctx.manifest.max_response_length
+        over = None
+        if limit is not None:
+            over = pl.when(pl.col("output").list.max() > limit).then(
+                pl.format("response length {} exceeds max_response_length {}", pl.col("output").list.max(), pl.lit(limit))
+            )
+        return dec.reject_where(_first_reason(
+            _step_check(file_step),
+            pl.when(pl.col("output").list.len() == 0).then(pl.lit("empty output list")),
+            over,
+            _duplicate("this dp_rank and local_index"),
+        ))
 
     @staticmethod
     def _samples(dec: Decoded, ctx: FileContext, limit: int | None) -> pl.DataFrame:
         group = pl.concat_str([_val_prefix(), _who(), pl.lit("-"), pl.col("local_index").cast(pl.String)])
         return (
             dec.ok.select(
-                "step", "rank", "dp_rank", "tp_rank", "local_index", "validate", "line_no",
+                *_carried(dec), "step", "rank", "dp_rank", "tp_rank", "local_index", "validate", "line_no",
                 group_id=group,
                 prompt_tokens=pl.col("input"),
                 response_tokens=pl.col("output"),
@@ -184,29 +216,41 @@ class RewardTimingsReader(ReaderBase):
 
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         file_step = step_from_name(ctx.path, REWARD_NAME)
-        limit = ctx.manifest.max_response_length
         keys = FileKeys(pl.col("validate"), pl.col("rank"))
         for dec in decode_jsonl(ctx.path, REWARD_FIELDS):
-            dec = _with_first(dec, keys)
-            over = None
-            if limit is not None:
-                over = pl.when(pl.col("response_max") > limit).then(
-                    pl.format("response_max {} exceeds max_response_length {}", pl.col("response_max"), pl.lit(limit))
-                )
-            dec = dec.reject_where(_first_reason(
-                _step_check(file_step), over, _duplicate("this rank")
-            ))
-            rows = dec.ok.select(
-                "step", "rank", "dp_rank",
-                # validation reward passes are a separate phase, so (step, rank, phase) stays a key
-                phase=pl.when(pl.col("validate").fill_null(False)).then(pl.lit("reward_validation")).otherwise(pl.lit("reward")),
-                seconds=pl.col("reward_time_s"),
-                tokens=pl.col("response_sum"),
-                tokens_max=pl.col("response_max"),
-                n_samples=pl.col("batch_size"),
-                source=pl.lit(self.name),
+            dec = self._checked(_with_first(dec, keys), file_step, ctx)
+            yield dec.chunk({"rank_times": self._rows(dec)})
+
+    def read_many(self, ctxs: list[FileContext]) -> FilesChunk | None:
+        got = decode_files([c.path for c in ctxs], REWARD_FIELDS)
+        if got is None:
+            return None
+        dec, counts = got
+        dec = self._checked(_with_first(dec, FileKeys(pl.col(FILE_COLUMN), pl.col("validate"), pl.col("rank"))),
+                            _file_steps(ctxs, REWARD_NAME), ctxs[0])
+        return files_chunk(dec, counts, {"rank_times": self._rows(dec)})
+
+    @staticmethod
+    def _checked(dec: Decoded, file_step: int | pl.Expr | None, ctx: FileContext) -> Decoded:
+        limit = ctx.manifest.max_response_length
+        over = None
+        if limit is not None:
+            over = pl.when(pl.col("response_max") > limit).then(
+                pl.format("response_max {} exceeds max_response_length {}", pl.col("response_max"), pl.lit(limit))
             )
-            yield dec.chunk({"rank_times": rows})
+        return dec.reject_where(_first_reason(_step_check(file_step), over, _duplicate("this rank")))
+
+    def _rows(self, dec: Decoded) -> pl.DataFrame:
+        return dec.ok.select(
+            *_carried(dec), "step", "rank", "dp_rank",
+            # validation reward passes are a separate phase, so (step, rank, phase) stays a key
+            phase=pl.when(pl.col("validate").fill_null(False)).then(pl.lit("reward_validation")).otherwise(pl.lit("reward")),
+            seconds=pl.col("reward_time_s"),
+            tokens=pl.col("response_sum"),
+            tokens_max=pl.col("response_max"),
+            n_samples=pl.col("batch_size"),
+            source=pl.lit(self.name),
+        )
 
 
 # --------------------------------------------------------------------------- multi-turn workload

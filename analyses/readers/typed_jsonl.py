@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from analyses.readers import limits
-from analyses.readers.base import Chunk, rejects_frame
+from analyses.readers.base import Chunk, FilesChunk, rejects_frame
 from analyses.readers.flat_metrics import drop_thread_connection, thread_connection
 from analyses.readers.json_scan import FLATTEN_BUDGET_BYTES, max_depth, split_too_deep
 from analyses.readers.lines import iter_line_batches
@@ -190,15 +191,19 @@ class Decoded:
     skipped: int
 
     def reject_where(self, reason: pl.Expr) -> Decoded:
-        """Move the good rows where ``reason`` (a String expression) is not null to rejects."""
+        """Move the good rows where ``reason`` (a String expression) is not null to rejects
+        (which keep ``_file`` when the rows come from several files: :func:`decode_files`)."""
         df = self.ok.with_columns(_reason=reason)
         bad = df.filter(pl.col("_reason").is_not_null())
         if bad.height == 0:
             return self
         rej = rejects_frame(bad["line_no"], bad["_reason"], bad["line"])
+        order = ["line_no"]
+        if FILE_COLUMN in df.columns:
+            rej, order = rej.with_columns(bad[FILE_COLUMN]), [FILE_COLUMN, "line_no"]
         return Decoded(
             ok=df.filter(pl.col("_reason").is_null()).drop("_reason"),
-            rejects=pl.concat([self.rejects, rej]).sort("line_no"),
+            rejects=pl.concat([self.rejects, rej]).sort(order),
             lines=self.lines,
             skipped=self.skipped,
         )
@@ -587,6 +592,45 @@ def decode_jsonl(path: Path, fields: Sequence[Field], batch_lines: int = BATCH_L
     for batch in iter_line_batches(path, batch_lines=batch_lines):
         if batch.lines.height:  # unfiltered: the batch holds every line it covers
             yield decode_frame(batch.lines, fields, sql)
+
+
+FILE_COLUMN = "_file"  # of rows decoded from several files at once: the index of their file
+
+
+def decode_files(paths: Sequence[Path], fields: Sequence[Field]) -> tuple[Decoded, list[int]] | None:
+    """Several small files decoded as one batch (the lines of all of them, with ``_file``: see
+    :func:`analyses.readers.lines.small_files_lines`), and each file's line count; None unless the
+    fast path proves every line of every file good (no blank line, nothing to reject for its
+    JSON): the caller decodes them one by one then, which gives each bad line its reason. The
+    same rows as :func:`decode_jsonl` of each file: every line of a batch the fast path passes is
+    decoded on its own. 315 step files of 11 KB: ~15 collects each before, a few in all now."""
+    from analyses.readers.lines import small_files_lines
+
+    if any(f.key == FILE_COLUMN for f in fields):
+        return None
+    got = small_files_lines(list(paths))
+    if got is None:
+        return None
+    lines, counts = got
+    if not lines.get_column("line").str.starts_with("{").all():  # blank lines, a byte-order mark
+        return None
+    dec = fast_decode_frame(lines, fields, lines=lines.height, skipped=0)
+    if dec is None:
+        return None
+    dec.rejects = dec.rejects.with_columns(pl.lit(None, dtype=pl.Int64).alias(FILE_COLUMN))
+    return dec, counts
+
+
+def files_chunk(dec: Decoded, counts: list[int], tables: dict[str, pl.DataFrame]) -> FilesChunk:
+    """The :class:`FilesChunk` of rows :func:`decode_files` decoded (and a reader checked) from
+    files of ``counts`` lines each."""
+    n = len(counts)
+
+    def per_file(df: pl.DataFrame) -> list[int]:
+        return np.bincount(df.get_column(FILE_COLUMN).to_numpy(), minlength=n).tolist() if df.height else [0] * n
+
+    return FilesChunk(tables=tables, rejects=dec.rejects, lines=list(counts), rows_ok=per_file(dec.ok),
+                      rows_rejected=per_file(dec.rejects), rows_skipped=[0] * n)
 
 
 class FileKeys:

@@ -1,0 +1,93 @@
+"""Consecutive small files of one format are read as one batch (analyses.ingest_many): the tables,
+rejects (file and line), source_files rows and statuses equal reading each file alone, whatever
+mix of good, bad, empty and other-format files the run holds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from analyses.ingest import ingest_run
+from analyses.readers.base import ReaderBase
+from analyses.readers.polytrace_v2 import PackedLengthsReader, RewardTimingsReader
+from analyses.schema import TABLES
+from analyses.warehouse import scan_table
+
+
+def _packed(step: int, n: int = 3, **override: object) -> str:
+    rows = []
+    for i in range(n):
+        rec = {"step": step, "rank": i % 2, "dp_rank": i % 2, "tp_rank": 0, "local_index": i, "input": 100 + i,
+               "output": [10 + i, 20 + i], "n_sampling": 2, "validate": False}
+        rec.update(override if i == n - 1 else {})
+        rows.append(json.dumps(rec))
+    return "\n".join(rows) + "\n"
+
+
+def _reward(step: int) -> str:
+    return "".join(json.dumps({"step": step, "rank": r, "reward_time_s": 0.5 + r, "batch_size": 4}) + "\n"
+                   for r in range(2))
+
+
+def _run(tmp_path: Path) -> Path:
+    d = tmp_path / "run"
+    d.mkdir()
+    files = {
+        "packed_lengths_step_1.jsonl": _packed(1),
+        "packed_lengths_step_2.jsonl": _packed(2, local_index=0),  # a duplicate record: rejected in the batch
+        "packed_lengths_step_3.jsonl": _packed(4),  # every step contradicts the file name
+        "packed_lengths_step_4.jsonl": _packed(4, output=[]),  # an empty output list
+        "packed_lengths_step_5.jsonl": _packed(5) + "{not json\n",  # a bad line: the batch is read file by file
+        "packed_lengths_step_6.jsonl": _packed(6),
+        "packed_lengths_step_7.jsonl": "",  # empty
+        "packed_lengths_step_8.jsonl": _packed(8).rstrip("\n"),  # no newline at the end
+        "packed_lengths_step_9.jsonl": _packed(9),
+        "reward_timings_step_1.jsonl": _reward(1),
+        "reward_timings_step_2.jsonl": _reward(2),
+        "reward_timings_step_3.jsonl": _reward(4),
+        "zz_packed_lengths_step_10.jsonl": _packed(10),
+    }
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return d
+
+
+def _tables(wh: Path) -> dict[str, pl.DataFrame]:
+    return {t: scan_table(wh, t).collect().drop("source_dir", strict=False) for t in TABLES}
+
+
+@pytest.mark.parametrize("bad_batch", [False, True])
+def test_batches_equal_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad_batch: bool) -> None:
+    run = _run(tmp_path)
+    if bad_batch:  # every packed file in one batch with the bad line: all read alone
+        shutil.move(run / "packed_lengths_step_5.jsonl", run / "packed_lengths_step_0.jsonl")
+    calls: list[int] = []
+    for cls in (PackedLengthsReader, RewardTimingsReader):
+        orig = cls.read_many
+
+        def spy(self, ctxs, _orig=orig):  # noqa: ANN001, ANN202
+            got = _orig(self, ctxs)
+            calls.append(len(ctxs) if got is not None else 0)
+            return got
+
+        monkeypatch.setattr(cls, "read_many", spy)
+    batched = ingest_run(run, tmp_path / "batched", run_id="r")
+    assert sum(calls) >= 5, calls  # most files were read in batches
+    for cls in (PackedLengthsReader, RewardTimingsReader):
+        monkeypatch.setattr(cls, "read_many", ReaderBase.read_many)
+    alone = ingest_run(run, tmp_path / "alone", run_id="r")
+    assert batched.summary_lines() == alone.summary_lines()
+    a, b = _tables(tmp_path / "batched"), _tables(tmp_path / "alone")
+    for t in TABLES:
+        assert a[t].equals(b[t]), f"table {t} differs\n{a[t]}\n{b[t]}"
+    rej = a["rejects"].select("path", "line_no", "reason").rows()
+    assert ("packed_lengths_step_2.jsonl", 3, "duplicate record for this dp_rank and local_index") in rej
+    assert ("packed_lengths_step_3.jsonl", 1, "step 4 contradicts the file name (step 3)") in rej
+    assert ("reward_timings_step_3.jsonl", 2, "step 4 contradicts the file name (step 3)") in rej
+    status = dict(a["source_files"].select("path", "status").rows())
+    assert status["packed_lengths_step_7.jsonl"] == "empty" and status["packed_lengths_step_3.jsonl"] == "no_data"
+    assert status["packed_lengths_step_2.jsonl"] == "partial" and status["packed_lengths_step_9.jsonl"] == "ok"

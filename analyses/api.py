@@ -251,8 +251,10 @@ class PolyTrace:
             return self._ingest_to_store(plan, progress, lock_wait_s, replace)
         report = ingest_run(plan.path, self.root, run_id=plan.run_id, progress=progress, lock_wait_s=lock_wait_s,
                             only=plan.only, report_skipped=plan.report_skipped, skip_under=plan.skip_under,
-                            source=plan.source, replace=replace)
-        if refresh:
+                            source=plan.source, replace=replace, catalog_views=refresh)
+        # the publish wrote every view (then this finds nothing to do) unless it failed; an append-only
+        # refresh finds the derived views there from the run's first ingest
+        if refresh and report.mode != "append":
             self.refresh_catalog()
         return report
 

@@ -75,6 +75,7 @@ def ingest_run(
     replace: bool = False,
     previous: dict | None = None,
     append: bool = True,
+    catalog_views: bool = False,
 ) -> RunReport:
     """Ingest ``run_path`` (a directory or one file) as one run into the warehouse at ``root``.
 
@@ -89,7 +90,9 @@ def ingest_run(
     :class:`~analyses.warehouse.RunLocked`. A version that fails the blocking checks is kept
     aside and raises :class:`~analyses.warehouse.CommitRefused`. Re-ingesting the same inputs
     gives identical tables. The catalog file's base-table views are refreshed on publish; its
-    derived views are the facade's business (:meth:`analyses.api.PolyTrace.refresh_catalog`).
+    derived views are the facade's business (:meth:`analyses.api.PolyTrace.refresh_catalog`), or
+    created in the same refresh with ``catalog_views`` (one write of the file instead of two; an
+    append-only refresh leaves them be: they are there from the run's first ingest).
 
     ``only``, ``report_skipped`` and ``skip_under`` ingest part of a directory that holds several
     runs (:func:`analyses.run_split.plan_runs`): only those files, and the files discovery skipped
@@ -140,7 +143,7 @@ def ingest_run(
                     check_same_source(rid, info, _published_info(root, rid) if previous is None else previous,
                                       run_path)
                 staging.commit(check=blocking_problems, holding_lock=True,
-                               after_publish=lambda: _refresh(root, report), info=info)
+                               after_publish=lambda: _refresh(root, report, catalog_views), info=info)
         except BaseException:
             staging.abort()
             raise
@@ -191,11 +194,16 @@ def _published_info(root: Path, run_id: str) -> dict | None:
     return pub.info if pub is not None else None
 
 
-def _refresh(root: Path, report: RunReport) -> None:
-    """The catalog file follows the new version; failing that is reported, not fatal: queries
-    through ``polytrace``/the facade never read the file."""
+def _refresh(root: Path, report: RunReport, views: bool = False) -> None:
+    """The catalog file follows the new version (with every derived view when ``views``); failing
+    that is reported, not fatal: queries through ``polytrace``/the facade never read the file."""
     try:
-        refresh_catalog(root)
+        if views:
+            from analyses.views import all_views
+
+            refresh_catalog(root, all_views())
+        else:
+            refresh_catalog(root)
     except (TimeoutError, OSError, duckdb.Error) as exc:
         report.warnings.append(f"catalog file not refreshed ({exc}); run `polytrace ingest` again or open the "
                                "warehouse through polytrace")

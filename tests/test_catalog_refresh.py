@@ -3,11 +3,13 @@ same catalog file, and everything again when anyone else wrote the file since.""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import duckdb
+import pytest
 
-from analyses.catalog import CATALOG_STATE, catalog_path, refresh_catalog
+from analyses.catalog import CATALOG_STATE, ENV_TEMPLATES, catalog_path, refresh_catalog
 from analyses.ingest import ingest_run
 from analyses.views import all_views
 
@@ -76,3 +78,30 @@ def test_a_catalog_someone_else_wrote_is_rewritten_whole(tmp_path: Path) -> None
     (wh / CATALOG_STATE).write_text("{not json")
     refresh_catalog(wh)
     assert _views(wh) == full
+
+
+def _view_sql(wh: Path) -> dict[str, str]:
+    """Each view's SQL, the version in its files' names left out (each warehouse has its own)."""
+    con = duckdb.connect(str(catalog_path(wh)), read_only=True)
+    try:
+        return {name: re.sub(r"/[^/']+\.parquet", "/V.parquet", sql) for name, sql in
+                con.execute("SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall()}
+    finally:
+        con.close()
+
+
+def test_a_new_catalog_from_the_cached_template_equals_one_written_whole(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_TEMPLATES, str(tmp_path / "cache"))
+    run = _log(tmp_path, "a", 3)
+    whole = tmp_path / "whole"
+    ingest_run(run, whole)
+    (whole / CATALOG_STATE).unlink()
+    catalog_path(whole).unlink()
+    refresh_catalog(whole, all_views(), template=False)
+    for wh in (tmp_path / "first", tmp_path / "second"):  # the first builds the template, the second copies it
+        ingest_run(run, wh, catalog_views=True)
+        assert _views(wh) == _views(whole)
+        assert _view_sql(wh) == _view_sql(whole)
+        assert _count(wh, "SELECT count(*) FROM run_overview") == 1
+    assert len(list((tmp_path / "cache").glob("catalog-*.duckdb"))) == 1

@@ -83,7 +83,9 @@ def _run(args: argparse.Namespace) -> int:
     with progress:
         for plan in plans:
             try:
-                rep = pt.ingest_planned(plan, progress=on_event, refresh=False, lock_wait_s=lock_wait_s,
+                # the run's publish writes the catalog's views, derived ones included, at once (a
+                # second write of the file at the end cost ~0.3 s of a small ingest)
+                rep = pt.ingest_planned(plan, progress=on_event, refresh=True, lock_wait_s=lock_wait_s,
                                         replace=args.replace)
             except (RunLocked, RunSourceConflict) as exc:
                 raise UsageError(str(exc)) from exc

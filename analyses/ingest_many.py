@@ -66,11 +66,13 @@ def ingest_files(files: list[tuple[int, Path, str]], run_id: str, manifest: RunM
     in order; ``after_each`` runs after each file or batch."""
     out: list[FileReport] = []
     group: list[_Pending] = []
+    size = [0]  # of the group's files
 
     def flush() -> None:
         if group:
             out.extend(_read_group(group, run_id, manifest, staging, steps_acc, emit, run_files))
             group.clear()
+            size[0] = 0
             after_each()
 
     for idx, path, rel in files:
@@ -80,10 +82,10 @@ def ingest_files(files: list[tuple[int, Path, str]], run_id: str, manifest: RunM
             out.append(ingest_file(idx, path, rel, run_id, manifest, staging, steps_acc, emit, run_files, reader))
             after_each()
             continue
-        if group and (group[0].reader is not pend.reader
-                      or sum(g.before.st_size for g in group) + pend.before.st_size > GROUP_BYTES):
+        if group and (group[0].reader is not pend.reader or size[0] + pend.before.st_size > GROUP_BYTES):
             flush()
         group.append(pend)
+        size[0] += pend.before.st_size
     flush()
     return out
 

@@ -73,6 +73,7 @@ _TEXT_CHECK_BYTES = 64 * 1024
 _MAX_BAD_FRACTION = 0.10  # share of NUL/control/undecodable characters above which a file is "not text"
 _TEXT_CONTROLS = "\t\n\r\x0b\x0c\x08\x1b"  # control characters real logs hold (ANSI escapes, tabs, ...)
 _BAD_CHARS = "".join(chr(c) for c in range(32) if chr(c) not in _TEXT_CONTROLS) + "\ufffd"
+_DROP_BAD = str.maketrans("", "", _BAD_CHARS)
 LINE_SCHEMA = {"line_no": pl.Int64, "line": pl.String}
 REASON_TOO_LONG = "line_too_long: {n} bytes, over the {limit}-byte line limit; not read"
 REASON_NUL = "nul_bytes: the line holds NUL bytes (binary garbage in a text file)"
@@ -305,7 +306,9 @@ def looks_binary(head: bytes) -> bool:
     text = head.decode("utf-8", errors="replace")
     if not text:
         return False
-    bad = sum(text.count(c) for c in _BAD_CHARS)
+    # one pass over the text (a count per character was 27 passes: ~0.35 ms a file, 0.1 s of a
+    # run of 315 small step files)
+    bad = len(text) - len(text.translate(_DROP_BAD))
     return bad > _MAX_BAD_FRACTION * len(text)
 
 

@@ -245,7 +245,7 @@ class PolyTrace:
         """Ingest one run of :meth:`plan_runs` (a whole directory or file, or its files of that run);
         ``replace``: publish it even over a run of that id from another source
         (:class:`analyses.ingest.RunSourceConflict`)."""
-        from analyses.ingest import ingest_run
+        from analyses.ingest import ingest_run, refresh_or_warn
 
         if self.store is not None:
             return self._ingest_to_store(plan, progress, lock_wait_s, replace)
@@ -255,7 +255,9 @@ class PolyTrace:
         # the publish wrote every view (then this finds nothing to do) unless it failed; an append-only
         # refresh finds the derived views there from the run's first ingest
         if refresh and report.mode != "append":
-            self.refresh_catalog()
+            # the run is published either way: a catalog file that cannot be written (a full disk)
+            # is a warning, as in the publish, never a traceback
+            refresh_or_warn(self._sync(), report, views=True)
         return report
 
     def _ingest_to_store(self, plan: PlannedRun, progress: ProgressFn | None, lock_wait_s: float,

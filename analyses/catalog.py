@@ -218,7 +218,9 @@ def _remember_views(root: Path, path: Path, views: dict[str, str]) -> None:
     try:
         tmp.write_text(json.dumps({"file": _file_identity(path), "views": views}))
         os.replace(tmp, root / CATALOG_STATE)
-    except OSError:  # the next refresh writes every view again
+    except OSError:  # the next refresh writes every view again (a full disk: nothing half-written left)
+        with suppress(OSError):
+            tmp.unlink(missing_ok=True)
         with suppress(OSError):
             (root / CATALOG_STATE).unlink()
 
@@ -246,8 +248,11 @@ def _start_from_template(root: Path, path: Path, views: list[DerivedView]) -> No
                 refresh_catalog(empty, views, template=False)
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 part = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
-                shutil.copyfile(catalog_path(empty), part)
-                os.replace(part, cached)
+                try:
+                    shutil.copyfile(catalog_path(empty), part)
+                    os.replace(part, cached)
+                finally:
+                    part.unlink(missing_ok=True)
                 _prune_templates(cached.parent)
         shutil.copy2(cached, path)  # keeps the mtime: the state below names this very file
         _remember_views(root, path, {name: _digest(s) for name, s in stmts.items()})

@@ -143,7 +143,7 @@ def ingest_run(
                     check_same_source(rid, info, _published_info(root, rid) if previous is None else previous,
                                       run_path)
                 staging.commit(check=blocking_problems, holding_lock=True,
-                               after_publish=lambda: _refresh(root, report, catalog_views), info=info)
+                               after_publish=lambda: refresh_or_warn(root, report, catalog_views), info=info)
         except BaseException:
             staging.abort()
             raise
@@ -157,7 +157,7 @@ def _appended(run_path: Path, root: Path, rid: str, manifest: RunManifest, repor
     """Try the append-only refresh (holding the run lock); False (with the reason in the report,
     when there was a version to continue) means: ingest in full."""
     try:
-        append_run(run_path, root, rid, manifest, report, emit, lambda: _refresh(root, report), source)
+        append_run(run_path, root, rid, manifest, report, emit, lambda: refresh_or_warn(root, report), source)
     except AppendFallback as exc:
         if exc.note:
             report.refresh_notes.append(exc.note)
@@ -194,7 +194,7 @@ def _published_info(root: Path, run_id: str) -> dict | None:
     return pub.info if pub is not None else None
 
 
-def _refresh(root: Path, report: RunReport, views: bool = False) -> None:
+def refresh_or_warn(root: Path, report: RunReport, views: bool = False) -> None:
     """The catalog file follows the new version (with every derived view when ``views``); failing
     that is reported, not fatal: queries through ``polytrace``/the facade never read the file."""
     try:
@@ -205,8 +205,11 @@ def _refresh(root: Path, report: RunReport, views: bool = False) -> None:
         else:
             refresh_catalog(root)
     except (TimeoutError, OSError, duckdb.Error) as exc:
-        report.warnings.append(f"catalog file not refreshed ({exc}); run `polytrace ingest` again or open the "
-                               "warehouse through polytrace")
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        note = (f"catalog file not refreshed ({why}); run `polytrace ingest` again or open the warehouse "
+                "through polytrace")
+        if note not in report.warnings:
+            report.warnings.append(note)
 
 
 # the dedupe's DuckDB: bounded memory, spilling to the run's staging directory beyond it

@@ -3,9 +3,11 @@ quiet wait, the per-run job refreshes it from its appended lines, and the notifi
 sends each alert once. The latency from the step line written to the alert received by a local
 HTTP endpoint is measured as a deployment sees it: the job runs in its own thread (the daemon's
 run process) while the logs-root sensor ticks every TICK_S and the notification sensor every
-NOTIFY_INTERVAL_S, both on one persistent instance; it must be within one logs-sensor tick + 15 s.
-The notification sensor follows the `steps` materializations, so it does not wait for the rest of
-the job (checks, the run's fit, the catalog)."""
+NOTIFY_INTERVAL_S, both on one persistent instance. The notification sensor follows the `steps`
+materializations, so it does not wait for the rest of the job (checks, the catalog; the run's fit is
+a job of its own). The bound is one logs-sensor tick + 15 s, plus, when the line was written while
+an ingest of the run was already running, the rest of that job: the sensor starts one ingest per
+run id at a time by design. Both numbers are printed (quiet: 3.8 and 8.3 s, no wait)."""
 
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ def test_sensor_follows_a_growing_run_and_notifies_each_alert_once(
     job = build_defs(warehouse=res_def).resolve_job_def(INGEST_JOB_NAME)
     written: dict[int, float] = {}
     modes: list[bool] = []
+    spans: list[list[float]] = []  # [start, end] of each job run
     jobs: list[threading.Thread] = []
     errors: list[BaseException] = []
 
@@ -57,8 +60,11 @@ def test_sensor_follows_a_growing_run_and_notifies_each_alert_once(
     (tmp_path / "dagster_home").mkdir()
     with DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster_home")) as inst:
         def run_job(partition: str) -> None:  # the daemon's run process
+            spans.append([time.monotonic(), float("inf")])
+            span = spans[-1]
             try:
                 job.execute_in_process(instance=inst, partition_key=partition)
+                span[1] = time.monotonic()
                 modes.append(read_published(tmp_path / "wh", "i80").info["append"] is not None)
             except BaseException as exc:  # noqa: BLE001 - reported by the main thread
                 errors.append(exc)
@@ -99,10 +105,13 @@ def test_sensor_follows_a_growing_run_and_notifies_each_alert_once(
         assert kind not in got, f"{kind} notified twice"
         got[kind] = at
     assert set(got) == set(I80_ALERTS), receiver.messages
-    latency = {k: got[k] - written[I80_ALERTS[k] + SUSTAIN - 1] for k in got}
+    line_at = {k: written[I80_ALERTS[k] + SUSTAIN - 1] for k in got}
+    latency = {k: got[k] - line_at[k] for k in got}
+    # the rest of the ingest already running when the line was written (it cannot read that line)
+    busy = {k: max([end - line_at[k] for start, end in spans if start <= line_at[k] < end], default=0.0) for k in got}
     print(f"{len(modes)} ingests; latency from the step line completing the alert to its notification: "
-          + ", ".join(f"{k} {v:.1f} s" for k, v in latency.items()))
-    assert all(0 < v <= TICK_S + LATENCY_BUDGET_S for v in latency.values()), latency
+          + ", ".join(f"{k} {v:.1f} s (of it waiting for the running ingest {busy[k]:.1f} s)" for k, v in latency.items()))
+    assert all(0 < v <= TICK_S + LATENCY_BUDGET_S + busy[k] for k, v in latency.items()), (latency, busy)
     assert len(modes) >= 3  # followed while it grew, not once at the end
     segs = read_published(tmp_path / "wh", "i80").tables["step_metrics"]
     assert len(segs) >= 2  # the refreshes appended segments: they read only the new lines

@@ -112,7 +112,15 @@ def _run(args: argparse.Namespace) -> int:
     # an object-store warehouse has no shared catalog file (readers build views); after appends only,
     # the derived views are there from the run's first ingest and its commit refreshed the tables
     if pt.store is None and not (appended == len(plans) and pt.catalog_path.exists()):
-        pt.refresh_catalog()
+        import duckdb
+
+        try:
+            pt.refresh_catalog()
+        except (TimeoutError, OSError, duckdb.Error) as exc:  # the runs landed; only the file for other clients is stale
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            print(f"polytrace ingest: warning: catalog file {pt.catalog_path} not refreshed ({why}); the runs are "
+                  "published and `polytrace query` reads them; run `polytrace ingest` again to refresh it",
+                  file=sys.stderr)
     if show:
         print(f"warehouse: {pt.location}  ({len(plans)} run(s), {total_rejects} rejected line(s), "
               f"{time.perf_counter() - t0:.1f}s)")

@@ -74,6 +74,25 @@ def _chunks(data: bytes, cut: int, n: int, size: int) -> list[bytes]:
     return out
 
 
+def _round(run: Path, work: Path, what: str) -> tuple[float, float] | None:
+    """One refresh of the grown run (``wh`` and ``whp`` hold its earlier versions) against a full
+    ingest of it into a fresh warehouse, as commands and in process: (command ratio, in-process
+    ratio), or None when the refresh was not append-only."""
+    appended, out = _ingest(run, work / "wh")
+    if "appended lines only" not in out:
+        print(f"{what}: not an append-only refresh:\n{out}", file=sys.stderr)
+        return None
+    shutil.rmtree(work / "wh2", ignore_errors=True)
+    full, _ = _ingest(run, work / "wh2")
+    app_in, mode = _ingest_in_process(run, work / "whp")
+    shutil.rmtree(work / "wh3", ignore_errors=True)
+    full_in, _ = _ingest_in_process(run, work / "wh3")
+    assert mode == "append", mode
+    print(f"{what}: commands: append {appended:.2f} s, full {full:.2f} s, ratio {appended / full:.3f}; in process: "
+          f"append {app_in:.2f} s, full {full_in:.2f} s, ratio {app_in / full_in:.3f}", flush=True)
+    return appended / full, app_in / full_in
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-gb", type=float, default=0.6)
@@ -102,20 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         for i, piece in enumerate(pieces):
             with log.open("ab") as fh:
                 fh.write(piece)
-            appended, out = _ingest(run, work / "wh")
-            if "appended lines only" not in out:
-                print(f"round {i}: not an append-only refresh:\n{out}", file=sys.stderr)
+            row = _round(run, work, f"round {i}: +{len(piece) / 1e6:.2f} MB to {log.stat().st_size / 1e6:.0f} MB")
+            if row is None:
                 return 1
-            shutil.rmtree(work / "wh2", ignore_errors=True)
-            full, _ = _ingest(run, work / "wh2")
-            app_in, mode = _ingest_in_process(run, work / "whp")
-            shutil.rmtree(work / "wh3", ignore_errors=True)
-            full_in, _ = _ingest_in_process(run, work / "wh3")
-            assert mode == "append", mode
-            rows.append((appended / full, app_in / full_in))
-            print(f"round {i}: +{len(piece) / 1e6:.2f} MB to {log.stat().st_size / 1e6:.0f} MB: commands: append "
-                  f"{appended:.2f} s, full {full:.2f} s, ratio {appended / full:.3f}; in process: append {app_in:.2f} s, "
-                  f"full {full_in:.2f} s, ratio {app_in / full_in:.3f}", flush=True)
+            rows.append(row)
     cmd = statistics.median(r[0] for r in rows)
     work_ratio = statistics.median(r[1] for r in rows)
     print(f"first full ingest {first:.2f} s; median append/full: commands {cmd:.3f}, in process {work_ratio:.3f} "
@@ -132,19 +141,10 @@ def _v2(work: Path, size_gb: float, appends: int) -> int:
     rows = []
     for i in range(appends):
         (run / f"multiturn_workload_step_{n + i}.jsonl").write_bytes(as_step(data, n + i))
-        appended, out = _ingest(run, work / "wh")
-        if "appended lines only" not in out:
-            print(f"round {i}: not an append-only refresh:\n{out}", file=sys.stderr)
+        row = _round(run, work, f"round {i}: +1 step file ({len(data) / 1e6:.1f} MB) to {n + i + 1} files")
+        if row is None:
             return 1
-        shutil.rmtree(work / "wh2", ignore_errors=True)
-        full, _ = _ingest(run, work / "wh2")
-        app_in, _mode = _ingest_in_process(run, work / "whp")
-        shutil.rmtree(work / "wh3", ignore_errors=True)
-        full_in, _ = _ingest_in_process(run, work / "wh3")
-        rows.append((appended / full, app_in / full_in))
-        print(f"round {i}: +1 step file ({len(data) / 1e6:.1f} MB) to {n + i + 1} files: commands: append "
-              f"{appended:.2f} s, full {full:.2f} s, ratio {appended / full:.3f}; in process: append {app_in:.2f} s, "
-              f"full {full_in:.2f} s, ratio {app_in / full_in:.3f}", flush=True)
+        rows.append(row)
     cmd = statistics.median(r[0] for r in rows)
     print(f"v2: first full ingest {first:.2f} s; median append/full: commands {cmd:.3f}, in process "
           f"{statistics.median(r[1] for r in rows):.3f} (target <= {TARGET:.2f}); load average "

@@ -337,15 +337,10 @@ class PolyTrace:
 
     def section(self, group_name: str, runs: Sequence[str] | None = None) -> Section:
         """A view group's headline table and figures, as the report and the Dagster asset show them."""
-        from analyses.report import group_section
         from analyses.views import group
 
-        con = self.connect()
-        try:
-            chosen = list(runs) if runs is not None else [r[0] for r in con.sql("SELECT run_id FROM runs ORDER BY 1").fetchall()]
-            return group_section(con, group(group_name), chosen)
-        finally:
-            con.close()
+        group(group_name)  # an unknown name is a KeyError, not an empty result
+        return self.sections([group_name], runs)[group_name]
 
     def sections(self, group_names: Sequence[str], runs: Sequence[str] | None = None) -> dict[str, Section]:
         """Several view groups' sections (:meth:`section`) on one connection, the views they share

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -50,3 +51,16 @@ def write_steps_at_pace(log: Path, lines: list[str], pace_s: float, written: dic
             if ln.startswith("step:"):
                 written[int(ln[5:ln.index(" ")])] = time.monotonic()
                 time.sleep(pace_s)
+
+
+def notified_once(receiver: Receiver, kinds: Iterable[str]) -> dict[str, float]:
+    """When the notification of each alert kind arrived (time.monotonic()); fails unless every kind
+    was notified exactly once and nothing else was."""
+    kinds = list(kinds)
+    got: dict[str, float] = {}
+    for msg, at in zip(receiver.messages, receiver.times, strict=True):
+        kind = next(k for k in kinds if k in msg["title"])
+        assert kind not in got, f"{kind} notified twice"
+        got[kind] = at
+    assert set(got) == set(kinds), receiver.messages
+    return got

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _notify_util import Receiver, write_steps_at_pace
+from _notify_util import Receiver, notified_once, write_steps_at_pace
 
 I80 = "verl_agentic_open-agentrl/run-20251129_221801-i80f2v90/files/output.log"
 I80_ALERTS = {"response_length_collapse": 11, "entropy_collapse": 16}  # tests/test_views_health.py
@@ -99,12 +99,7 @@ def test_sensor_follows_a_growing_run_and_notifies_each_alert_once(
         for j in jobs:
             j.join()
     assert not errors, errors
-    got = {}
-    for msg, at in zip(receiver.messages, receiver.times, strict=True):
-        kind = next(k for k in I80_ALERTS if k in msg["title"])
-        assert kind not in got, f"{kind} notified twice"
-        got[kind] = at
-    assert set(got) == set(I80_ALERTS), receiver.messages
+    got = notified_once(receiver, I80_ALERTS)
     line_at = {k: written[I80_ALERTS[k] + SUSTAIN - 1] for k in got}
     latency = {k: got[k] - line_at[k] for k in got}
     # the rest of the ingest already running when the line was written (it cannot read that line)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _notify_util import Receiver, write_steps_at_pace
+from _notify_util import Receiver, notified_once, write_steps_at_pace
 
 from analyses.api import PolyTrace
 from analyses.watch import LINE_WIDTH, Watcher, step_line, watch
@@ -122,12 +122,7 @@ def test_watch_follows_the_collapsing_agentic_run_and_notifies_each_alert_once(
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "Traceback" not in out
-    got = {}
-    for msg, t in zip(receiver.messages, receiver.times, strict=True):
-        kind = next(k for k in I80_ALERTS if k in msg["title"])
-        assert kind not in got, f"{kind} notified twice"
-        got[kind] = t
-    assert set(got) == set(I80_ALERTS), receiver.messages
+    got = notified_once(receiver, I80_ALERTS)
     latency = {k: got[k] - written[I80_ALERTS[k] + SUSTAIN - 1] for k in got}
     print("latency from the step line completing the alert to its notification: "
           + ", ".join(f"{k} {v:.1f} s" for k, v in latency.items()))

@@ -68,10 +68,14 @@ class ReportResult:
 
 ViewReader = Callable[[str], pl.DataFrame]
 
-# views that most others read (sample_lengths reads training_health): the report computes each once
-# for its runs, into a temp table that shadows the view on the report's connection only, as it does
-# every view a headline reads (the group's figures read it again)
-SHARED_VIEWS = ("training_health", "sample_lengths")
+# views that most others read: the report computes each once for its runs, into a temp table that
+# shadows the view on the report's connection only, as it does every view a headline reads (the
+# group's figures read it again). sample_lengths is not one of them, though three length views read
+# it: at 51 M samples its temp table held 57 M rows (2-4 GB of a bounded report's memory, pushing the
+# later sections to spill) and took as long to build as the three views take each reading it.
+# trajectories (multiturn and multiturn_pmf read it) is: 14 M rows at 51 M samples, ~1 GB, but a
+# full join that takes a minute to compute
+SHARED_VIEWS = ("training_health", "trajectories")
 
 
 def report_views() -> list[str]:

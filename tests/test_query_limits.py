@@ -61,12 +61,12 @@ def test_each_connection_spills_to_its_own_directory_in_the_scratch_area(wh: Pat
     assert other.parent == wh / ".scratch" and other != spill
 
 
-def test_the_default_memory_limit_is_the_lesser_of_4_gb_and_a_quarter_of_ram(wh: Path, monkeypatch, capsys) -> None:
+def test_the_default_memory_limit_is_the_lesser_of_3_gb_and_a_quarter_of_ram(wh: Path, monkeypatch, capsys) -> None:
     monkeypatch.delenv(duckdb_limits.ENV_MEMORY, raising=False)
     expected = min(MEMORY_CAP, total_memory() // 4)
     assert default_memory_limit() == expected
     reported = _setting(wh, "memory_limit", capsys)
-    assert abs(_bytes(reported) - expected) <= 0.05 * 1024**3, reported  # DuckDB prints one decimal
+    assert 0 <= expected - _bytes(reported) < 0.1 * 1024**3, reported  # DuckDB prints one decimal, truncated (2.79 GiB: "2.7 GiB")
     # the views and the report read through catalog.connect: the same bound
     con = PolyTrace(wh).connect()
     assert con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0] == reported
@@ -75,9 +75,9 @@ def test_the_default_memory_limit_is_the_lesser_of_4_gb_and_a_quarter_of_ram(wh:
 
 def test_a_quarter_of_ram_wins_on_a_small_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(duckdb_limits, "total_memory", lambda: 8 * 1024**3)
-    assert default_memory_limit() == 2 * 1024**3
+    assert default_memory_limit() == 2 * 1024**3  # a quarter of 8 GiB is below 3 GB
     monkeypatch.setattr(duckdb_limits, "total_memory", lambda: 64 * 1024**3)
-    assert default_memory_limit() == 4 * 1000**3
+    assert default_memory_limit() == 3 * 1000**3
 
 
 def test_the_limit_is_settable_by_option_and_environment(wh: Path, monkeypatch, capsys) -> None:

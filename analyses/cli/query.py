@@ -31,7 +31,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_TIMEOUT_S:.0f}; 0: no limit)")
     p.add_argument("--memory-limit", metavar="SIZE", default=None,
                    help=f"DuckDB's memory limit, e.g. 2GB, 512MiB, 25%% (default ${ENV_MEMORY}, or the lesser of "
-                        "4 GB and a quarter of RAM); beyond it the query spills, then stops with exit 2")
+                        "3 GB and a quarter of RAM); beyond it the query spills, then stops with exit 2")
     p.add_argument("--temp-limit", metavar="SIZE", default=None,
                    help=f"space the query may spill to disk (default ${ENV_TEMP}, or 4x the memory limit, "
                         "at most half the free space)")

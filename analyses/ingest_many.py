@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,22 +65,36 @@ def ingest_files(files: list[tuple[int, Path, str]], run_id: str, manifest: RunM
                  steps_acc: StepsAccumulator, emit: ProgressFn, run_files: frozenset[Path],
                  after_each: Callable[[], None] = lambda: None) -> list[FileReport]:
     """Each of ``files`` (index, path, path relative to the run) read into ``staging``, its report
-    in order; ``after_each`` runs after each file or batch."""
+    in order; ``after_each`` runs after each file or batch.
+
+    Batches are read ahead on :data:`READ_AHEAD` threads (hash, line split, DuckDB and Polars
+    decode free the GIL) while this thread stages the batch before; reports, progress events
+    and the staging of each batch stay in file order."""
     out: list[FileReport] = []
     group: list[_Pending] = []
     size = [0]  # of the group's files
+    reading: deque[tuple[list[_Pending], Future[FilesChunk | None]]] = deque()
+
+    def settle(keep: int) -> None:
+        """Stage the oldest batches read ahead until at most ``keep`` are in flight."""
+        while len(reading) > keep:
+            batch, fut = reading.popleft()
+            out.extend(_read_group(batch, run_id, manifest, staging, steps_acc, emit, run_files, fut.result()))
+            after_each()
 
     def flush() -> None:
         if group:
-            out.extend(_read_group(group, run_id, manifest, staging, steps_acc, emit, run_files))
+            batch = list(group)
+            reading.append((batch, _read_pool().submit(_read_ahead, batch)))
             group.clear()
             size[0] = 0
-            after_each()
+            settle(READ_AHEAD)
 
     for idx, path, rel in files:
         pend, reader = _batchable(idx, path, rel, run_id, manifest, run_files)
         if pend is None:
             flush()
+            settle(0)
             out.append(ingest_file(idx, path, rel, run_id, manifest, staging, steps_acc, emit, run_files, reader))
             after_each()
             continue
@@ -87,7 +103,19 @@ def ingest_files(files: list[tuple[int, Path, str]], run_id: str, manifest: RunM
         group.append(pend)
         size[0] += pend.before.st_size
     flush()
+    settle(0)
     return out
+
+
+READ_AHEAD = 2  # batches read at once, beside the one being staged (the machine has 2 cores)
+_READ_POOL: ThreadPoolExecutor | None = None
+
+
+def _read_pool() -> ThreadPoolExecutor:
+    global _READ_POOL
+    if _READ_POOL is None:
+        _READ_POOL = ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="read-ahead")
+    return _READ_POOL
 
 
 def _batchable(idx: int, path: Path, rel: str, run_id: str, manifest: RunManifest,
@@ -100,23 +128,34 @@ def _batchable(idx: int, path: Path, rel: str, run_id: str, manifest: RunManifes
         reader = detect(path, read_head(path))
         if reader is None or type(reader).read_many is ReaderBase.read_many:
             return None, reader
-        sha = file_sha256(path, before.st_size)
     except Exception:  # noqa: BLE001 - ingest_file reads it alone and reports what is wrong with it
         return None, DETECT
     ctx = FileContext(run_id=run_id, path=path, rel_path=rel, manifest=manifest, run_files=run_files)
-    return _Pending(idx, path, rel, reader, before, sha, ctx), reader
+    return _Pending(idx, path, rel, reader, before, "", ctx), reader
+
+
+def _read_ahead(group: list[_Pending]) -> FilesChunk | None:
+    """On a read-ahead thread: each file's sha256, then the batch read at once (None: it cannot
+    be, see :func:`_read_group`)."""
+    if len(group) == 1:
+        return None
+    try:
+        for g in group:
+            g.sha256 = file_sha256(g.path, g.before.st_size)
+        return group[0].reader.read_many([g.ctx for g in group])  # type: ignore[attr-defined]
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException:  # noqa: BLE001 - (a polars panic too) read one by one: each file's error is its own
+        pass
+    return None
 
 
 def _read_group(group: list[_Pending], run_id: str, manifest: RunManifest, staging: RunStaging,
-                steps_acc: StepsAccumulator, emit: ProgressFn, run_files: frozenset[Path]) -> list[FileReport]:
-    got: FilesChunk | None = None
-    if len(group) > 1:
-        try:
-            got = group[0].reader.read_many([g.ctx for g in group])  # type: ignore[attr-defined]
-        except (KeyboardInterrupt, SystemExit, GeneratorExit):
-            raise
-        except BaseException:  # noqa: BLE001 - (a polars panic too) read one by one: each file's error is its own
-            got = None
+                steps_acc: StepsAccumulator, emit: ProgressFn, run_files: frozenset[Path],
+                got: FilesChunk | None | object = DETECT) -> list[FileReport]:
+    """``got``: the batch as :func:`_read_ahead` read it (by default it is read here)."""
+    if got is DETECT:
+        got = _read_ahead(group)
     if got is not None and not any(t in got.tables for t in ("step_metrics", "gpu_samples")):  # deduplicated per file
         return _stage_group(group, got, staging, emit)
     if got is None and len(group) >= _SPLIT_FROM:  # one file with a bad line: its half is read apart

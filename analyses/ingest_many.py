@@ -74,12 +74,24 @@ def ingest_files(files: list[tuple[int, Path, str]], run_id: str, manifest: RunM
     group: list[_Pending] = []
     size = [0]  # of the group's files
     reading: deque[tuple[list[_Pending], Future[FilesChunk | None]]] = deque()
+    part: list[str | None] = [None]  # the prefix the batches staged since the last other file go on
+
+    def end_part() -> None:
+        if part[0] is not None:
+            staging.seal(part[0])
+            part[0] = None
 
     def settle(keep: int) -> None:
         """Stage the oldest batches read ahead until at most ``keep`` are in flight."""
         while len(reading) > keep:
             batch, fut = reading.popleft()
-            out.extend(_read_group(batch, run_id, manifest, staging, steps_acc, emit, run_files, fut.result()))
+            got = fut.result()
+            if _stageable(got):
+                part[0] = part[0] or f"f{batch[0].idx:05d}"
+                out.extend(_stage_group(batch, got, staging, emit, part[0]))  # type: ignore[arg-type]
+            else:  # read file by file, each under its own prefix: what was staged before is sealed
+                end_part()
+                out.extend(_read_group(batch, run_id, manifest, staging, steps_acc, emit, run_files, got))
             after_each()
 
     def flush() -> None:
@@ -95,6 +107,7 @@ def ingest_files(files: list[tuple[int, Path, str]], run_id: str, manifest: RunM
         if pend is None:
             flush()
             settle(0)
+            end_part()
             out.append(ingest_file(idx, path, rel, run_id, manifest, staging, steps_acc, emit, run_files, reader))
             after_each()
             continue
@@ -104,6 +117,7 @@ def ingest_files(files: list[tuple[int, Path, str]], run_id: str, manifest: RunM
         size[0] += pend.before.st_size
     flush()
     settle(0)
+    end_part()
     return out
 
 
@@ -156,8 +170,8 @@ def _read_group(group: list[_Pending], run_id: str, manifest: RunManifest, stagi
     """``got``: the batch as :func:`_read_ahead` read it (by default it is read here)."""
     if got is DETECT:
         got = _read_ahead(group)
-    if got is not None and not any(t in got.tables for t in ("step_metrics", "gpu_samples")):  # deduplicated per file
-        return _stage_group(group, got, staging, emit)
+    if _stageable(got):
+        return _stage_group(group, got, staging, emit)  # type: ignore[arg-type]
     if got is None and len(group) >= _SPLIT_FROM:  # one file with a bad line: its half is read apart
         mid = len(group) // 2
         return (_read_group(group[:mid], run_id, manifest, staging, steps_acc, emit, run_files)
@@ -166,13 +180,21 @@ def _read_group(group: list[_Pending], run_id: str, manifest: RunManifest, stagi
             for g in group]
 
 
-def _stage_group(group: list[_Pending], got: FilesChunk, staging: RunStaging, emit: ProgressFn) -> list[FileReport]:
+def _stageable(got: object) -> bool:
+    """A batch read at once that is staged as one (tables deduplicated per file are not)."""
+    return isinstance(got, FilesChunk) and not any(t in got.tables for t in ("step_metrics", "gpu_samples"))
+
+
+def _stage_group(group: list[_Pending], got: FilesChunk, staging: RunStaging, emit: ProgressFn,
+                 part: str | None = None) -> list[FileReport]:
     """Stage a batch's rows as one part per table (under the first file's prefix: the parts of the
-    files after it sort after it) and give each file its report."""
+    files after it sort after it) and give each file its report. ``part``: the prefix of the
+    batches just before, which the caller seals: their part files go on (one file per table for
+    a run of many batches, which the commit moves instead of rewriting)."""
     t0 = time.perf_counter()
     n = len(group)
     rels = pl.Series([g.rel for g in group], dtype=pl.String)
-    prefix = f"f{group[0].idx:05d}"
+    prefix = part or f"f{group[0].idx:05d}"
     rows_out = np.zeros(n, dtype=np.int64)
     tables: list[set[str]] = [set() for _ in group]
     for table, df in got.tables.items():
@@ -193,7 +215,8 @@ def _stage_group(group: list[_Pending], got: FilesChunk, staging: RunStaging, em
         for i, reason in firsts.iter_rows():
             first_reason[i] = reason
             tables[i].add("rejects")
-    staging.seal(prefix)
+    if part is None:
+        staging.seal(prefix)
     share = (time.perf_counter() - t0) / n
     out = []
     for i, g in enumerate(group):

@@ -151,9 +151,7 @@ def _batchable(idx: int, path: Path, rel: str, run_id: str, manifest: RunManifes
 def _read_ahead(group: list[_Pending]) -> FilesChunk | None:
     """On a read-ahead thread: each file's sha256, then the batch read at once (None: it cannot
     be, see :func:`_read_group`)."""
-    if len(group) == 1:
-        return None
-    try:
+    try:  # one file too: its rows go on the part of the batches around it (one part, moved at the commit)
         for g in group:
             g.sha256 = file_sha256(g.path, g.before.st_size)
         return group[0].reader.read_many([g.ctx for g in group])  # type: ignore[attr-defined]

@@ -128,3 +128,33 @@ def test_batches_equal_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert calls.select("sample_id", "turn", "call_index").rows() == [
         ("0-0", 0, 0), ("0-1", 0, 0), ("0-1", 0, 1), ("1-0", 0, 0), ("1-0", 0, 1), ("1-0", 1, 0)]
     assert a["turns"].filter(pl.col("step") == 7).height == 6 and a["samples"].filter(pl.col("path") == f"{turns}6.jsonl").height == 200
+
+
+def test_consecutive_batches_stage_one_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches one after another (the last of a single file) go on one part file per table, which
+    the commit moves instead of rewriting; the rows equal reading each file alone."""
+    import analyses.ingest_many as many
+    from analyses.warehouse import RunStaging
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in range(1, 6):
+        (run / f"multiturn_workload_step_{step}.jsonl").write_text(_multiturn(step))
+    size = (run / "multiturn_workload_step_1.jsonl").stat().st_size
+    monkeypatch.setattr(many, "GROUP_BYTES", 2 * size + 1)  # batches of 2, 2 and 1 files
+    parts: dict[str, int] = {}
+    orig = RunStaging._compact
+
+    def spy(self, name, t):  # noqa: ANN001, ANN202
+        parts[name] = len(list(self.table_dir(name).glob("*.parquet")))
+        return orig(self, name, t)
+
+    monkeypatch.setattr(RunStaging, "_compact", spy)
+    batched = ingest_run(run, tmp_path / "batched", run_id="r")
+    assert parts["samples"] == parts["turns"] == parts["tool_calls"] == 1, parts
+    monkeypatch.setattr(MultiturnWorkloadReader, "read_many", ReaderBase.read_many)
+    alone = ingest_run(run, tmp_path / "alone", run_id="r")
+    assert batched.summary_lines() == alone.summary_lines()
+    a, b = _tables(tmp_path / "batched"), _tables(tmp_path / "alone")
+    for t in TABLES:
+        assert a[t].equals(b[t]), f"table {t} differs\n{a[t]}\n{b[t]}"

@@ -10,6 +10,11 @@ still gets its own ``source_files`` row, status, hash and append state, its rows
 and line numbers, exactly as :func:`analyses.ingest_files.ingest_file` gives them. Anything else
 (another format, a large, gzip or empty file, a file with a line to reject, an error) is read one
 by one as before, so each bad line and bad file is reported with its own reason.
+
+Multi-turn step files are 3-4 MB each (1 GB is ~300 of them): read one by one on one core they
+were 0.1x DuckDB ``read_json`` of the same files. Batches are read ahead on two threads while
+the batch before is staged, and consecutive batches append to one part file per table, which the
+commit moves instead of rewriting (about 40% less CPU for 1 GB, both cores busy).
 """
 
 from __future__ import annotations

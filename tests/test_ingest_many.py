@@ -71,6 +71,8 @@ def _run(tmp_path: Path) -> Path:
         "zz_turns/multiturn_workload_step_5.jsonl": _multiturn(6),  # every step contradicts the file name
         "zz_turns/multiturn_workload_step_6.jsonl": _multiturn(6, n=200),  # > 512 calls in the batch: counted by runs
         "zz_turns/multiturn_workload_step_7.jsonl": _multiturn(7),
+        "zz_turns/multiturn_workload_step_8.jsonl": _multiturn(8) + '{"step": 8, "turns": [\n',  # bad JSON
+        "zz_turns/multiturn_workload_step_9.jsonl": _multiturn(9),
     }
     (d / "zz_turns").mkdir()
     for name, text in files.items():
@@ -124,6 +126,8 @@ def test_batches_equal_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert (f"{turns}4.jsonl", 3, "final_response_len 101 exceeds max response length 100") in rej
     assert (f"{turns}5.jsonl", 1, "step 6 contradicts the file name (step 5)") in rej
     assert status[f"{turns}5.jsonl"] == "no_data" and status[f"{turns}7.jsonl"] == "ok"
+    bad_json = [r for r in rej if r[0] == f"{turns}8.jsonl"]
+    assert [r[1] for r in bad_json] == [4] and status[f"{turns}8.jsonl"] == "partial", bad_json
     calls = a["tool_calls"].filter(pl.col("step") == 2).sort("sample_id", "turn", "call_index")
     assert calls.select("sample_id", "turn", "call_index").rows() == [
         ("0-0", 0, 0), ("0-1", 0, 0), ("0-1", 0, 1), ("1-0", 0, 0), ("1-0", 0, 1), ("1-0", 1, 0)]

@@ -13,7 +13,7 @@ import pytest
 
 from analyses.ingest import ingest_run
 from analyses.readers.base import ReaderBase
-from analyses.readers.polytrace_v2 import PackedLengthsReader, RewardTimingsReader
+from analyses.readers.polytrace_v2 import MultiturnWorkloadReader, PackedLengthsReader, RewardTimingsReader
 from analyses.schema import TABLES
 from analyses.warehouse import scan_table
 
@@ -33,6 +33,20 @@ def _reward(step: int) -> str:
                    for r in range(2))
 
 
+def _multiturn(step: int, n: int = 3, **override: object) -> str:
+    rows = []
+    for i in range(n):
+        calls = [{"turn": t, "tool_name": "search", "latency_s": 0.1, "status": "success", "response_token_len": 7}
+                 for t in (0, 0, 1)[: i + 1]]  # two calls share turn 0: call_index 0, 1
+        rec = {"step": step, "prompt_len": 50 + i, "max_response_len": 100, "final_response_len": 30 + i % 50,
+               "turns": [{"turn": 0, "prompt_tokens": 50, "completion_tokens": 10, "finish_reason": "tool_calls"},
+                         {"turn": 1, "prompt_tokens": 70, "completion_tokens": 20, "finish_reason": "stop"}],
+               "tool_calls": calls, "prompt_group_id": i // 2, "sample_id": i % 2, "validate": False}
+        rec.update(override if i == n - 1 else {})
+        rows.append(json.dumps(rec))
+    return "\n".join(rows) + "\n"
+
+
 def _run(tmp_path: Path) -> Path:
     d = tmp_path / "run"
     d.mkdir()
@@ -50,7 +64,17 @@ def _run(tmp_path: Path) -> Path:
         "reward_timings_step_2.jsonl": _reward(2),
         "reward_timings_step_3.jsonl": _reward(4),
         "zz_packed_lengths_step_10.jsonl": _packed(10),
+        "zz_turns/multiturn_workload_step_1.jsonl": _multiturn(1, n=1),  # one line: the next file's line 1 follows it
+        "zz_turns/multiturn_workload_step_2.jsonl": _multiturn(2),
+        "zz_turns/multiturn_workload_step_3.jsonl": _multiturn(3, prompt_group_id=0, sample_id=0),  # a duplicate
+        "zz_turns/multiturn_workload_step_4.jsonl": _multiturn(4, final_response_len=101),  # over its limit
+        "zz_turns/multiturn_workload_step_5.jsonl": _multiturn(6),  # every step contradicts the file name
+        "zz_turns/multiturn_workload_step_6.jsonl": _multiturn(6, n=200),  # > 512 calls in the batch: counted by runs
+        "zz_turns/multiturn_workload_step_7.jsonl": _multiturn(7),
+        "zz_turns/multiturn_workload_step_8.jsonl": _multiturn(8) + '{"step": 8, "turns": [\n',  # bad JSON
+        "zz_turns/multiturn_workload_step_9.jsonl": _multiturn(9),
     }
+    (d / "zz_turns").mkdir()
     for name, text in files.items():
         (d / name).write_text(text)
     return d
@@ -60,24 +84,30 @@ def _tables(wh: Path) -> dict[str, pl.DataFrame]:
     return {t: scan_table(wh, t).collect().drop("source_dir", strict=False) for t in TABLES}
 
 
+READERS = (PackedLengthsReader, RewardTimingsReader, MultiturnWorkloadReader)
+
+
 @pytest.mark.parametrize("bad_batch", [False, True])
 def test_batches_equal_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad_batch: bool) -> None:
     run = _run(tmp_path)
     if bad_batch:  # every packed file in one batch with the bad line: all read alone
         shutil.move(run / "packed_lengths_step_5.jsonl", run / "packed_lengths_step_0.jsonl")
     calls: list[int] = []
-    for cls in (PackedLengthsReader, RewardTimingsReader):
+    batched_by: set[str] = set()
+    for cls in READERS:
         orig = cls.read_many
 
-        def spy(self, ctxs, _orig=orig):  # noqa: ANN001, ANN202
+        def spy(self, ctxs, _orig=orig, cls=cls):  # noqa: ANN001, ANN202
             got = _orig(self, ctxs)
             calls.append(len(ctxs) if got is not None else 0)
+            batched_by.add(cls.__name__ if got is not None else "")
             return got
 
         monkeypatch.setattr(cls, "read_many", spy)
     batched = ingest_run(run, tmp_path / "batched", run_id="r")
     assert sum(calls) >= 5, calls  # most files were read in batches
-    for cls in (PackedLengthsReader, RewardTimingsReader):
+    assert "MultiturnWorkloadReader" in batched_by
+    for cls in READERS:
         monkeypatch.setattr(cls, "read_many", ReaderBase.read_many)
     alone = ingest_run(run, tmp_path / "alone", run_id="r")
     assert batched.summary_lines() == alone.summary_lines()
@@ -91,3 +121,44 @@ def test_batches_equal_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     status = dict(a["source_files"].select("path", "status").rows())
     assert status["packed_lengths_step_7.jsonl"] == "empty" and status["packed_lengths_step_3.jsonl"] == "no_data"
     assert status["packed_lengths_step_2.jsonl"] == "partial" and status["packed_lengths_step_9.jsonl"] == "ok"
+    turns = "zz_turns/multiturn_workload_step_"
+    assert (f"{turns}3.jsonl", 3, "duplicate record for this prompt_group_id and sample_id") in rej
+    assert (f"{turns}4.jsonl", 3, "final_response_len 101 exceeds max response length 100") in rej
+    assert (f"{turns}5.jsonl", 1, "step 6 contradicts the file name (step 5)") in rej
+    assert status[f"{turns}5.jsonl"] == "no_data" and status[f"{turns}7.jsonl"] == "ok"
+    bad_json = [r for r in rej if r[0] == f"{turns}8.jsonl"]
+    assert [r[1] for r in bad_json] == [4] and status[f"{turns}8.jsonl"] == "partial", bad_json
+    calls = a["tool_calls"].filter(pl.col("step") == 2).sort("sample_id", "turn", "call_index")
+    assert calls.select("sample_id", "turn", "call_index").rows() == [
+        ("0-0", 0, 0), ("0-1", 0, 0), ("0-1", 0, 1), ("1-0", 0, 0), ("1-0", 0, 1), ("1-0", 1, 0)]
+    assert a["turns"].filter(pl.col("step") == 7).height == 6 and a["samples"].filter(pl.col("path") == f"{turns}6.jsonl").height == 200
+
+
+def test_consecutive_batches_stage_one_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches one after another (the last of a single file) go on one part file per table, which
+    the commit moves instead of rewriting; the rows equal reading each file alone."""
+    import analyses.ingest_many as many
+    from analyses.warehouse import RunStaging
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in range(1, 6):
+        (run / f"multiturn_workload_step_{step}.jsonl").write_text(_multiturn(step))
+    size = (run / "multiturn_workload_step_1.jsonl").stat().st_size
+    monkeypatch.setattr(many, "GROUP_BYTES", 2 * size + 1)  # batches of 2, 2 and 1 files
+    parts: dict[str, int] = {}
+    orig = RunStaging._compact
+
+    def spy(self, name, t):  # noqa: ANN001, ANN202
+        parts[name] = len(list(self.table_dir(name).glob("*.parquet")))
+        return orig(self, name, t)
+
+    monkeypatch.setattr(RunStaging, "_compact", spy)
+    batched = ingest_run(run, tmp_path / "batched", run_id="r")
+    assert parts["samples"] == parts["turns"] == parts["tool_calls"] == 1, parts
+    monkeypatch.setattr(MultiturnWorkloadReader, "read_many", ReaderBase.read_many)
+    alone = ingest_run(run, tmp_path / "alone", run_id="r")
+    assert batched.summary_lines() == alone.summary_lines()
+    a, b = _tables(tmp_path / "batched"), _tables(tmp_path / "alone")
+    for t in TABLES:
+        assert a[t].equals(b[t]), f"table {t} differs\n{a[t]}\n{b[t]}"

@@ -297,44 +297,64 @@ class MultiturnWorkloadReader(ReaderBase):
         return _sniff(head, path, MULTITURN_NAME,
                       lambda o: isinstance(o.get("turns"), list) and ("turn_count" in o or "final_response_len" in o))
 
+    @staticmethod
+    def _keys() -> tuple[pl.Expr, ...]:
+        return pl.col("validate"), pl.col("prompt_group_id"), pl.col("sample_index")
+
     def read(self, ctx: FileContext) -> Iterator[Chunk]:
         file_step = step_from_name(ctx.path, MULTITURN_NAME)
-        run_limit = ctx.manifest.max_response_length
-        keys = FileKeys(pl.col("validate"), pl.col("prompt_group_id"), pl.col("sample_index"))
+        keys = FileKeys(*self._keys())
         for dec in decode_jsonl(ctx.path, MULTITURN_FIELDS):
-            dec = _with_first(dec, keys)
-            # the record's own limit is the engine's; the run.toml one applies when it has none
-            limit = pl.coalesce(pl.col("max_response_len"), pl.lit(run_limit, dtype=pl.Int64))
-            dec = dec.reject_where(_first_reason(
-                _step_check(file_step),
-                pl.when(pl.col("final_response_len") > limit).then(
-                    pl.format("final_response_len {} exceeds max response length {}", pl.col("final_response_len"), limit)
-                ),
-                _duplicate("this prompt_group_id and sample_id"),
-            ))
-            base = dec.ok.with_columns(
-                sample_id=pl.concat_str([
-                    _val_prefix(),
-                    pl.col("prompt_group_id").cast(pl.String).fill_null("na"), pl.lit("-"),
-                    # a record without ids is still addressable by its line
-                    pl.coalesce(pl.col("sample_index").cast(pl.String), pl.format("L{}", pl.col("line_no"))),
-                ]),
-                _limit=limit,
-            )
-            # two small queries over one frame: one collect (each costs more than its work)
-            # small queries over one frame: one collect (each costs more than its work); the
-            # tool calls of many records apart (see _tool_calls)
-            few = base.height <= _FEW_RECORDS
-            plans = [self._samples(base.lazy(), ctx), self._turns(base.lazy())]
-            if few:
-                plans.append(self._call_rows(base.lazy()).select(*self._call_columns(self._call_window())))
-            samples, turns, *calls = pl.collect_all(plans)
-            yield dec.chunk({"samples": samples, "turns": turns, "tool_calls": calls[0] if few else self._tool_calls(base)})
+            dec, tables = self._tables(_with_first(dec, keys), file_step, ctx)
+            yield dec.chunk(tables)
+
+    def read_many(self, ctxs: list[FileContext]) -> FilesChunk | None:
+        got = decode_files([c.path for c in ctxs], MULTITURN_FIELDS)
+        if got is None:
+            return None
+        dec, counts = got
+        dec, tables = self._tables(_with_first(dec, FileKeys(pl.col(FILE_COLUMN), *self._keys())),
+                                   _file_steps(ctxs, MULTITURN_NAME), ctxs[0])
+        return files_chunk(dec, counts, tables)
+
+    def _tables(self, dec: Decoded, file_step: int | pl.Expr | None,
+                ctx: FileContext) -> tuple[Decoded, dict[str, pl.DataFrame]]:
+        """``dec`` with its bad records rejected, and the rows of its good ones per table (each
+        with the file index of rows decoded from several files)."""
+        # the record's own limit is the engine's; the run.toml one applies when it has none
+        limit = pl.coalesce(pl.col("max_response_len"), pl.lit(ctx.manifest.max_response_length, dtype=pl.Int64))
+        dec = dec.reject_where(_first_reason(
+            _step_check(file_step),
+            pl.when(pl.col("final_response_len") > limit).then(
+                pl.format("final_response_len {} exceeds max response length {}", pl.col("final_response_len"), limit)
+            ),
+            _duplicate("this prompt_group_id and sample_id"),
+        ))
+        base = dec.ok.with_columns(
+            sample_id=pl.concat_str([
+                _val_prefix(),
+                pl.col("prompt_group_id").cast(pl.String).fill_null("na"), pl.lit("-"),
+                # a record without ids is still addressable by its line
+                pl.coalesce(pl.col("sample_index").cast(pl.String), pl.format("L{}", pl.col("line_no"))),
+            ]),
+            _limit=limit,
+        )
+        # small queries over one frame: one collect (each costs more than its work); the tool
+        # calls of many records apart (see _tool_calls)
+        carried = _carried(dec)
+        few = base.height <= _FEW_RECORDS
+        plans = [self._samples(base.lazy(), ctx, carried), self._turns(base.lazy(), carried)]
+        if few:
+            plans.append(self._call_rows(base.lazy(), carried).select(
+                *carried, *self._call_columns(self._call_window(carried))))
+        samples, turns, *calls = pl.collect_all(plans)
+        return dec, {"samples": samples, "turns": turns,
+                     "tool_calls": calls[0] if few else self._tool_calls(base, carried)}
 
     @staticmethod
-    def _samples(base: pl.LazyFrame, ctx: FileContext) -> pl.LazyFrame:
+    def _samples(base: pl.LazyFrame, ctx: FileContext, carried: list[str]) -> pl.LazyFrame:
         return base.select(
-            "step", "sample_id", "validate", "line_no", "finish_reason",
+            *carried, "step", "sample_id", "validate", "line_no", "finish_reason",
             group_id=pl.col("prompt_group_id").cast(pl.String),
             task=pl.lit(ctx.manifest.task, dtype=pl.String),
             prompt_tokens=pl.col("prompt_len"),
@@ -347,19 +367,19 @@ class MultiturnWorkloadReader(ReaderBase):
         )
 
     @staticmethod
-    def _turns(base: pl.LazyFrame) -> pl.LazyFrame:
+    def _turns(base: pl.LazyFrame, carried: list[str]) -> pl.LazyFrame:
         return (
-            base.select("step", "sample_id", "turns")
+            base.select(*carried, "step", "sample_id", "turns")
             .explode("turns", empty_as_null=False)
             .unnest("turns")
-            .select("step", "sample_id", "turn", "prompt_tokens", "cached_tokens", "completion_tokens",
+            .select(*carried, "step", "sample_id", "turn", "prompt_tokens", "cached_tokens", "completion_tokens",
                     "engine_latency_s", "finish_reason")
         )
 
     @staticmethod
-    def _call_rows(base: pl.LazyFrame) -> pl.LazyFrame:
+    def _call_rows(base: pl.LazyFrame, carried: list[str]) -> pl.LazyFrame:
         return (
-            base.select("step", "sample_id", "line_no", "tool_calls")
+            base.select(*carried, "step", "sample_id", "line_no", "tool_calls")
             .explode("tool_calls", empty_as_null=False)
             # tool_calls is optional: a record without it explodes to one null row, not a call
             .filter(pl.col("tool_calls").is_not_null())
@@ -367,10 +387,10 @@ class MultiturnWorkloadReader(ReaderBase):
         )
 
     @staticmethod
-    def _call_window() -> pl.Expr:
+    def _call_window(carried: list[str]) -> pl.Expr:
         # several calls can share a turn; their order in the record is the call order: a call's
-        # index among the earlier calls of its (sample_id, turn)
-        return pl.int_range(pl.len()).over("sample_id", "turn").cast(pl.Int64)
+        # index among the earlier calls of its (sample_id, turn) in its file
+        return pl.int_range(pl.len()).over(*carried, "sample_id", "turn").cast(pl.Int64)
 
     @staticmethod
     def _call_columns(call_index: pl.Expr) -> list[pl.Expr]:
@@ -379,23 +399,24 @@ class MultiturnWorkloadReader(ReaderBase):
                 pl.col("response_token_len").alias("response_tokens")]
 
     @classmethod
-    def _tool_calls(cls, base: pl.DataFrame) -> pl.DataFrame:
-        calls = cls._call_rows(base.lazy()).collect()
+    def _tool_calls(cls, base: pl.DataFrame, carried: list[str]) -> pl.DataFrame:
+        calls = cls._call_rows(base.lazy(), carried).collect()
         i = pl.int_range(pl.len(), dtype=pl.Int64)
         rec, turn = pl.col("line_no"), pl.col("turn")
         new_rec = (rec != rec.shift(1)).fill_null(True)
+        for c in carried:  # the first line of a file after a one-line file has the same number
+            new_rec = new_rec | (pl.col(c) != pl.col(c).shift(1)).fill_null(True)
         # the usual file: no two records share a sample_id and each record's calls come in turn
         # order, so each (sample_id, turn) is one run of rows; counting within runs avoids a
         # window over groups (~1.5 ms of a 3 MB step file)
-        runs = calls.height > _FEW_CALLS and base.get_column("sample_id").is_unique().all() and calls.select(
-            (new_rec | (turn >= turn.shift(1)).fill_null(False)).all()
-        ).item()
+        runs = calls.height > _FEW_CALLS and base.select(pl.struct(*carried, "sample_id").is_unique().all()).item() \
+            and calls.select((new_rec | (turn >= turn.shift(1)).fill_null(False)).all()).item()
         if runs:
             start = new_rec | (turn != turn.shift(1)).fill_null(True)
             call_index = i - pl.when(start).then(i).forward_fill()
         else:
-            call_index = cls._call_window()
-        return calls.select(*cls._call_columns(call_index))
+            call_index = cls._call_window(carried)
+        return calls.select(*carried, *cls._call_columns(call_index))
 
 
 # --------------------------------------------------------------------------- DAPO filter batches

@@ -23,6 +23,7 @@ from analyses.api import REPORT_NAME, PolyTrace
 from analyses.export.registry import check_exports
 from analyses.fit.fidelity_table import fidelity_table
 from pipelines.definitions import CATALOG_KEY, build_defs
+from pipelines.instance_durability import relax_instance_durability
 from pipelines.partitions import RUNS_PARTITIONS_NAME, is_valid_key, runs_by_id
 from pipelines.resources import DEFAULT_LOGS_ROOT, ENV_LOGS_ROOT, WarehouseResource
 from pipelines.sensors import CROSS_RUN_JOB_NAME, FIT_RUN_JOB_NAME, INGEST_JOB_NAME
@@ -216,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(DEFAULT_DAGSTER_HOME).resolve())))
     ensure_instance_home(home)
+    relax_instance_durability(home)  # ~1,000 events: no disk sync per event (see the module)
 
     warehouse = WarehouseResource(root=str(root), logs_root=str(logs_root))
     defs = build_defs(warehouse)

@@ -292,6 +292,31 @@ def _keep_browser(kaleido) -> None:  # noqa: ANN001 - the kaleido module
         _server_started = True
 
 
+def _kaleido() -> tuple[Any, str | None]:
+    """(the kaleido module with ``$BROWSER_PATH`` set, None), or (None, why PNGs cannot be written)."""
+    try:
+        import kaleido
+    except ImportError:
+        return None, "PNG export skipped: the kaleido package is not installed (pip install kaleido)"
+    browser = find_browser()
+    if browser is None:
+        return None, ("PNG export skipped: no Chrome/Chromium found (apt-get install chromium, or set BROWSER_PATH); "
+                      "the HTML report is complete without it")
+    import os
+
+    os.environ.setdefault("BROWSER_PATH", browser)
+    return kaleido, None
+
+
+def start_png_browser() -> None:
+    """Start the browser that :func:`write_pngs` with ``keep_browser`` uses, now and without waiting:
+    kaleido starts Chromium in a thread of its own, so its start-up (seconds) overlaps the caller's
+    work until the first PNG is asked for. Nothing happens without kaleido or a browser."""
+    kaleido, _missing = _kaleido()
+    if kaleido is not None:
+        _keep_browser(kaleido)
+
+
 def write_pngs(
     specs: list[FigureSpec], out_dir: Path, width: int = 1100, keep_browser: bool = False
 ) -> tuple[dict[str, Path], str | None]:
@@ -302,17 +327,9 @@ def write_pngs(
     """
     if not specs:
         return {}, None
-    try:
-        import kaleido
-    except ImportError:
-        return {}, "PNG export skipped: the kaleido package is not installed (pip install kaleido)"
-    browser = find_browser()
-    if browser is None:
-        return {}, ("PNG export skipped: no Chrome/Chromium found (apt-get install chromium, or set BROWSER_PATH); "
-                    "the HTML report is complete without it")
-    import os
-
-    os.environ.setdefault("BROWSER_PATH", browser)
+    kaleido, missing = _kaleido()
+    if kaleido is None:
+        return {}, missing
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {s.key: out_dir / f"{s.key}.png" for s in specs}
     jobs = [{"fig": s.fig, "path": paths[s.key], "opts": {"width": width, "height": s.fig.layout.height or 420}}

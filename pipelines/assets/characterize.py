@@ -32,8 +32,9 @@ from dagster import (
 )
 
 from analyses.api import REPORT_NAME, PolyTrace
+from analyses.figures import FigureSpec
 from analyses.markdown import markdown_table
-from analyses.report import ReportResult, Section, png_specs, write_pngs
+from analyses.report import ReportResult, Section, png_specs, start_png_browser, write_pngs
 from analyses.views import ViewGroup, view_groups
 from pipelines.report_server import url_for
 from pipelines.resources import WarehouseResource
@@ -80,7 +81,20 @@ REPORT_SPEC = AssetSpec(
 )
 
 
-def _group_metadata(pt: PolyTrace, group: ViewGroup, section: Section, runs: list[str]) -> dict[str, Any]:
+def _pngs_enabled() -> bool:
+    return os.environ.get(ENV_PNG, "1").strip().lower() not in ("0", "false", "no")
+
+
+def _key_figure_pngs(pt: PolyTrace, key_figs: list[FigureSpec]) -> tuple[dict[str, Path], str | None]:
+    """Every selected group's key figures as PNG in one batch (the browser's tabs share the work of
+    all groups rather than a group at a time): (figure key -> PNG, why some are missing)."""
+    if not _pngs_enabled():
+        return {}, f"PNG export disabled (${ENV_PNG}=0)"
+    return write_pngs(key_figs, pt.layout.reports / "png", width=PNG_WIDTH, keep_browser=True)
+
+
+def _group_metadata(pt: PolyTrace, group: ViewGroup, section: Section, runs: list[str], key_figs: list[FigureSpec],
+                    rendered: dict[str, Path], note: str | None) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "runs": MetadataValue.int(len(runs)),
         "headline_rows": MetadataValue.int(section.headline.height),
@@ -91,11 +105,7 @@ def _group_metadata(pt: PolyTrace, group: ViewGroup, section: Section, runs: lis
         "views": MetadataValue.md(_views_md(group)),
         "report_section": MetadataValue.url(url_for(pt.layout.reports / REPORT_NAME, pt.layout.reports, group.name)),
     }
-    key_figs, _per_run_left_out = png_specs(section.figures, runs)
-    if os.environ.get(ENV_PNG, "1").strip().lower() in ("0", "false", "no"):
-        pngs, note = {}, f"PNG export disabled (${ENV_PNG}=0)"
-    else:
-        pngs, note = write_pngs(key_figs, pt.layout.reports / "png", width=PNG_WIDTH, keep_browser=True)
+    pngs = {f.key: rendered[f.key] for f in key_figs if f.key in rendered}
     if pngs:
         # inline, so the UI shows them ([Show Markdown]); browsers block file:// links
         meta["figures"] = MetadataValue.md(figures_markdown(pngs))
@@ -132,6 +142,8 @@ def characterize(context: AssetExecutionContext, warehouse: WarehouseResource) -
     pt = warehouse.polytrace
     selected = context.selected_asset_keys
     groups = [g for g in view_groups() if GROUP_SPECS[g.name].key in selected]
+    if groups and _pngs_enabled():
+        start_png_browser()  # Chromium starts while the sections are computed
     res = None
     if REPORT_SPEC.key in selected:
         # the group assets' PNGs are written below; the report only needs the HTML
@@ -141,9 +153,12 @@ def characterize(context: AssetExecutionContext, warehouse: WarehouseResource) -
     else:
         sections = pt.sections([g.name for g in groups])
     runs = pt.run_ids()
+    key_figs = {g.name: png_specs(sections[g.name].figures, runs)[0] for g in groups}
+    rendered, note = _key_figure_pngs(pt, [f for figs in key_figs.values() for f in figs])
     for g in groups:
         section = sections[g.name]
         context.log.info(f"{g.name}: {section.headline.height} headline row(s), {len(section.figures)} figure(s)")
-        yield MaterializeResult(asset_key=GROUP_SPECS[g.name].key, metadata=_group_metadata(pt, g, section, runs))
+        yield MaterializeResult(asset_key=GROUP_SPECS[g.name].key,
+                                metadata=_group_metadata(pt, g, section, runs, key_figs[g.name], rendered, note))
     if res is not None:
         yield MaterializeResult(asset_key=REPORT_SPEC.key, metadata=_report_metadata(pt, res))

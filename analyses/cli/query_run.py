@@ -99,17 +99,9 @@ def _table_from_rows(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelatio
         return
     import polars as pl
 
-    schema = {n: _polars_types()[t] for n, t in zip(names, types, strict=True)}
+    schema = {n: getattr(pl, row_text.DRAWN_TYPES[t][1]) for n, t in zip(names, types, strict=True)}
     _print_table(pl.DataFrame(head, schema=schema, orient="row"), pl.DataFrame(tail, schema=schema, orient="row"),
                  total, out)
-
-
-def _polars_types() -> dict[str, object]:
-    import polars as pl
-
-    return {"TINYINT": pl.Int8, "SMALLINT": pl.Int16, "INTEGER": pl.Int32, "BIGINT": pl.Int64, "UTINYINT": pl.UInt8,
-            "USMALLINT": pl.UInt16, "UINTEGER": pl.UInt32, "UBIGINT": pl.UInt64, "BOOLEAN": pl.Boolean,
-            "VARCHAR": pl.String}
 
 
 def _print_result(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None, fmt: str, out: TextIO,
@@ -125,7 +117,7 @@ def _print_result(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation |
         row_text.write_csv(con, rel, out, check)
     elif fmt == "json":
         row_text.write_json(con, rel, out, check)
-    elif all(str(t) in row_text.POLARS_DTYPES for t in rel.types) and rel.columns:
+    elif row_text.drawn([str(t) for t in rel.types]):
         _table_from_rows(con, rel, out, check)
     else:
         _table(_checked(relation_frames(rel), check), out)

@@ -29,9 +29,11 @@ TABLE_ROWS = 200  # a table shows this many rows: the first and the last half
 # the table options Polars prints the query's tables with (analyses.cli.query_run)
 TABLE_CONFIG = {"tbl_rows": TABLE_ROWS, "tbl_cols": 40, "fmt_str_lengths": 80, "tbl_width_chars": 200,
                 "tbl_hide_dataframe_shape": True}
-# DuckDB's type -> the dtype Polars shows under the column name (the types drawn here)
-POLARS_DTYPES = {"TINYINT": "i8", "SMALLINT": "i16", "INTEGER": "i32", "BIGINT": "i64", "UTINYINT": "u8",
-                 "USMALLINT": "u16", "UINTEGER": "u32", "UBIGINT": "u64", "BOOLEAN": "bool", "VARCHAR": "str"}
+# the column types drawn here: DuckDB's type -> (the dtype Polars shows under the column name, its Polars class)
+DRAWN_TYPES = {"TINYINT": ("i8", "Int8"), "SMALLINT": ("i16", "Int16"), "INTEGER": ("i32", "Int32"),
+               "BIGINT": ("i64", "Int64"), "UTINYINT": ("u8", "UInt8"), "USMALLINT": ("u16", "UInt16"),
+               "UINTEGER": ("u32", "UInt32"), "UBIGINT": ("u64", "UInt64"), "BOOLEAN": ("bool", "Boolean"),
+               "VARCHAR": ("str", "String")}
 
 Rows = Iterator[list[tuple]]
 
@@ -90,6 +92,11 @@ def head_and_tail(batches: Rows, check: Callable[[], None], half: int = TABLE_RO
     return head, list(tail), total
 
 
+def drawn(types: list[str]) -> bool:
+    """Whether a result with these DuckDB column types is drawn from its rows."""
+    return bool(types) and all(t in DRAWN_TYPES for t in types)
+
+
 def _cell(value: object) -> str:
     if value is None:
         return "null"
@@ -113,9 +120,9 @@ def table_text(names: list[str], types: list[str], head: list[tuple], tail: list
                total: int) -> str | None:
     """The table Polars prints for these rows (``head`` then ``tail``, ``total`` rows in all), or
     None where this drawing cannot be sure to match it."""
-    dtypes = [POLARS_DTYPES.get(t) for t in types]
-    if not names or None in dtypes or len(names) > TABLE_CONFIG["tbl_cols"]:
+    if not names or not drawn(types) or len(names) > TABLE_CONFIG["tbl_cols"]:
         return None
+    dtypes = [DRAWN_TYPES[t][0] for t in types]
     rows = [[_cell(v) for v in r] for r in head]
     if total > TABLE_ROWS:
         rows.append(["…"] * len(names))

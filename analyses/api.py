@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 
 from analyses import catalog
 from analyses.atomic_output import write_text
@@ -31,6 +30,8 @@ from analyses.warehouse import DEFAULT_LOCK_WAIT_S, ENV_WAREHOUSE, default_root,
 # Each method imports the module it delegates to: a command pays for what it uses (`polytrace runs`
 # never loads the fits, the exports, plotly or the readers; tests/test_cli_imports.py).
 if TYPE_CHECKING:
+    import polars as pl
+
     from analyses.alerts import Alert, Delivery
     from analyses.fit.fidelity import Progress
     from analyses.ingest import ProgressFn, RunReport
@@ -536,6 +537,8 @@ class PolyTrace:
     def _fit_step_only(self, out: RunFit, root: Path, cache: bool) -> RunFit:
         """A run without per-sample lengths: its workload from its per-step summaries (with the
         fitted per-step quantiles beside the logged ones) and its step-time model, where it has them."""
+        import polars as pl
+
         from analyses.export.spec import write_spec
         from analyses.fit.cache import is_fresh
         from analyses.fit.data import has_step_times, has_summaries, load_run, load_summaries

@@ -39,7 +39,7 @@ import duckdb
 
 from analyses.duckdb_limits import ResourceLimits, apply_limits, new_scratch_path, resource_limits
 from analyses.sandbox import lock_down
-from analyses.schema import TABLES, column_docs, duckdb_type, table_description
+from analyses.schema import TABLES, column_docs, table_description
 from analyses.warehouse import ReaderLease, TableFile, published_runs, reader_lease
 
 CATALOG_NAME = "polytrace.duckdb"
@@ -73,13 +73,13 @@ def base_table_ddl(root: Path, relative: bool = False) -> tuple[list[str], list[
         parts = [f for r in sorted(pub) for f in pub[r].tables.get(name, [])]
         files.extend(str(base / f.path) for f in parts)
         rels = [f.path for f in view_files(parts)]
-        cols = ", ".join(f'"{c}"' for c in t.columns)
+        cols = ", ".join(f'"{c}"' for c in t.types)
         if rels:
             listed = ", ".join(_sql_str(p if relative else str(base / p)) for p in rels)
             body = (f"SELECT {cols} FROM read_parquet([{listed}], hive_partitioning = true, "
                     "hive_types = {'run_id': 'VARCHAR'})")
         else:
-            typed = ", ".join(f'CAST(NULL AS {duckdb_type(d)}) AS "{c}"' for c, d in t.columns.items())
+            typed = ", ".join(f'CAST(NULL AS {d}) AS "{c}"' for c, d in t.types.items())
             body = f"SELECT {typed} WHERE false"
         out.append(f'CREATE OR REPLACE VIEW "{name}" AS {body}')
     return out, files

@@ -44,8 +44,10 @@ from __future__ import annotations
 import re
 from dataclasses import astuple, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # Polars in the functions that take frames: the views import this module's constants
+    import polars as pl
 
 # point mass at the maximum: at least this many samples exactly at the maximum, among at least
 # this many distinct values (a handful of distinct lengths says nothing about a cap)
@@ -169,6 +171,8 @@ def point_mass_cap(max_value: float | None, n_at_max: int, n_distinct: int) -> f
 
 def sample_point_mass_cap(samples: pl.LazyFrame) -> float | None:
     """:func:`point_mass_cap` over the training samples' ``response_tokens``."""
+    import polars as pl
+
     r = (
         samples.filter(~pl.col("validate").fill_null(False) & pl.col("response_tokens").is_not_null())
         .select(mx=pl.col("response_tokens").max(),
@@ -181,6 +185,8 @@ def sample_point_mass_cap(samples: pl.LazyFrame) -> float | None:
 
 def flagged_cap(samples: pl.LazyFrame) -> float | None:
     """The shortest training response a reader flagged ``truncated`` (None when none is)."""
+    import polars as pl
+
     v = (samples.filter(~pl.col("validate").fill_null(False) & pl.col("truncated").fill_null(False))
          .select(pl.col("response_tokens").min()).collect().item())
     return float(v) if v is not None and v > 0 else None
@@ -188,6 +194,8 @@ def flagged_cap(samples: pl.LazyFrame) -> float | None:
 
 def clip_ratio_cap(step_metrics: pl.LazyFrame) -> float | None:
     """The largest ``response_length/max`` of the training steps whose ``response_length/clip_ratio`` > 0."""
+    import polars as pl
+
     wide = (
         step_metrics.filter(~pl.col("is_validation")
                             & pl.col("metric").is_in(["response_length/max", "response_length/clip_ratio"]))
@@ -210,6 +218,8 @@ def is_idle_whole_run(max_util: pl.Expr) -> pl.Expr:
 
 def telemetry_gpus_used(gpu_samples: pl.LazyFrame) -> int | None:
     """GPUs with utilization samples that are not idle for the whole run (None without utilization)."""
+    import polars as pl
+
     per = (
         gpu_samples.filter((pl.col("metric") == UTIL_METRIC) & pl.col("value").is_not_null())
         .group_by(pl.col("host").fill_null(""), "gpu").agg(mx=pl.col("value").max())
@@ -287,6 +297,8 @@ def infer_run_facts(
 
 def with_truncation(samples: pl.LazyFrame, cap: int | None) -> pl.LazyFrame:
     """``samples`` with ``truncated`` filled where unknown: the response reached ``cap``."""
+    import polars as pl
+
     if cap is None:
         return samples
     return samples.with_columns(truncated=pl.coalesce(pl.col("truncated"), pl.col("response_tokens") >= cap))

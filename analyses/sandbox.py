@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import duckdb
-import polars as pl
+
+if TYPE_CHECKING:  # Polars once a result becomes a frame: `polytrace query` prints from DuckDB's rows
+    import polars as pl
 
 _ST = duckdb.StatementType
 _TT = duckdb.token_type
@@ -198,6 +201,8 @@ def _showable(rel: duckdb.DuckDBPyRelation, mode: str) -> duckdb.DuckDBPyRelatio
 
 
 def _frame(data: object) -> pl.DataFrame:
+    import polars as pl
+
     try:
         return pl.from_arrow(data)  # type: ignore[return-value]
     except Exception as exc:  # noqa: BLE001 - any type Polars refuses is a result we cannot show
@@ -208,18 +213,31 @@ def _frame(data: object) -> pl.DataFrame:
         raise QueryRefused(f"the result cannot be shown (cast the column to VARCHAR): {one_line(exc)}") from exc
 
 
+def shown_relation(con: duckdb.DuckDBPyConnection, stmt: duckdb.Statement,
+                   mode: str = "frame") -> duckdb.DuckDBPyRelation | None:
+    """The result of ``stmt`` (already checked) with its columns as ``mode`` needs them
+    (:func:`_showable`); None for a statement without a result."""
+    rel = con.sql(stmt.query)
+    return None if rel is None else _showable(rel, mode)
+
+
 def result_frames(con: duckdb.DuckDBPyConnection, stmt: duckdb.Statement, rows: int = BATCH_ROWS,
                   mode: str = "frame") -> Iterator[pl.DataFrame]:
-    """The result of ``stmt`` (already checked) as Polars frames of at most ``rows`` rows, streamed
-    from DuckDB: first an empty frame with the result's columns, then one frame per batch; the
-    columns as ``mode`` needs them (:func:`_showable`).
+    """The result of ``stmt`` (already checked) as Polars frames (:func:`relation_frames`)."""
+    return relation_frames(shown_relation(con, stmt, mode), rows)
+
+
+def relation_frames(rel: duckdb.DuckDBPyRelation | None, rows: int = BATCH_ROWS) -> Iterator[pl.DataFrame]:
+    """``rel`` as Polars frames of at most ``rows`` rows, streamed from DuckDB: first an empty
+    frame with the result's columns, then one frame per batch.
     DuckDB's errors propagate (``duckdb.Error``); a result Polars cannot hold is
     :class:`QueryRefused`."""
-    rel = con.sql(stmt.query)
+    import polars as pl
+
     if rel is None:
         yield pl.DataFrame()
         return
-    reader = _showable(rel, mode).to_arrow_reader(rows)
+    reader = rel.to_arrow_reader(rows)
     yield _frame(reader.schema.empty_table())
     while True:
         try:
@@ -229,6 +247,19 @@ def result_frames(con: duckdb.DuckDBPyConnection, stmt: duckdb.Statement, rows: 
         except OSError as exc:  # DuckDB's error, past the first batch, as Arrow's stream carries it
             raise _duckdb_error(exc) from exc
         yield _frame(batch)
+
+
+def relation_rows(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation,
+                  rows: int = BATCH_ROWS) -> Iterator[list[tuple]]:
+    """``rel``'s rows as DuckDB's Python values, streamed a batch of at most ``rows`` at a time
+    on ``con`` (no Arrow, no Polars: ``polytrace query`` prints them). ``con`` is busy until the
+    last batch; stopped early, the rest of the result is dropped."""
+    con.execute(rel.sql_query())
+    try:
+        while batch := con.fetchmany(rows):
+            yield batch
+    finally:
+        con.abort()
 
 
 def _duckdb_error(exc: Exception) -> duckdb.Error:
@@ -242,6 +273,8 @@ def _duckdb_error(exc: Exception) -> duckdb.Error:
 
 def run_queries(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[str, pl.DataFrame]]:
     """Every statement of ``sql`` with its result, in order (all checked before any runs)."""
+    import polars as pl
+
     out = []
     for s in query_statements(con, sql):
         try:

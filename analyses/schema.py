@@ -9,19 +9,30 @@ the warehouse writes them, the DuckDB catalog exposes them, and the asset checks
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # Polars only where a frame is built or cast: `polytrace query`/`runs` never load it
+    import polars as pl
 
 
 @dataclass(frozen=True)
 class Table:
-    """A warehouse table: its columns (in order), key, and what one row is."""
+    """A warehouse table: its columns (in order) with their DuckDB types, key, and what one row is.
+
+    The types are declared as DuckDB names (:data:`S`, :data:`I64`, ...) so that the catalog
+    needs no Polars; :attr:`columns` gives them as Polars dtypes for the readers and writers."""
 
     name: str
     row: str
-    columns: dict[str, pl.DataType]
+    types: dict[str, str]
     key: tuple[str, ...] = ()
     docs: dict[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def columns(self) -> dict[str, pl.DataType]:
+        """The columns as Polars dtypes (what every reader's frame is conformed to)."""
+        return {k: polars_type(v) for k, v in self.types.items()}
 
     @property
     def stored_columns(self) -> dict[str, pl.DataType]:
@@ -29,10 +40,13 @@ class Table:
         return {k: v for k, v in self.columns.items() if k != "run_id"}
 
     def empty(self) -> pl.DataFrame:
+        import polars as pl
+
         return pl.DataFrame(schema=self.columns)
 
 
-S, I64, I32, F64, B, DT = pl.String(), pl.Int64(), pl.Int32(), pl.Float64(), pl.Boolean(), pl.Datetime("us", "UTC")
+# the contract's column types, as DuckDB names them (:func:`polars_type` maps each to Polars)
+S, I64, I32, F64, B, DT = "VARCHAR", "BIGINT", "INTEGER", "DOUBLE", "BOOLEAN", "TIMESTAMP WITH TIME ZONE"
 
 RUNS = Table(
     "runs",
@@ -621,7 +635,7 @@ def column_docs(table: Table | str) -> dict[str, str | None]:
     """Each column's description as every tool shows it (key columns say so; run_id is the partition)."""
     t = TABLES[table] if isinstance(table, str) else table
     out: dict[str, str | None] = {}
-    for name in t.columns:
+    for name in t.types:
         doc = t.docs.get(name)
         if name == "run_id":
             doc = RUN_ID_DOC
@@ -638,7 +652,7 @@ def parquet_metadata(table: Table | str) -> dict[str, str]:
     import json
 
     t = TABLES[table] if isinstance(table, str) else table
-    docs = {k: v for k, v in column_docs(t).items() if k in t.stored_columns and v}
+    docs = {k: v for k, v in column_docs(t).items() if k != "run_id" and v}
     return {"polytrace.table": t.name, "polytrace.description": table_description(t),
             "polytrace.columns": json.dumps(docs, ensure_ascii=False)}
 
@@ -649,6 +663,8 @@ def conform(df: pl.DataFrame | pl.LazyFrame, table: Table | str) -> pl.DataFrame
     Columns the contract does not name are dropped: a reader that finds more should add them
     to the schema, where they are documented, rather than smuggle them through.
     """
+    import polars as pl
+
     t = TABLES[table] if isinstance(table, str) else table
     lf = df.lazy() if isinstance(df, pl.DataFrame) else df
     have = set(lf.collect_schema().names())
@@ -659,18 +675,13 @@ def conform(df: pl.DataFrame | pl.LazyFrame, table: Table | str) -> pl.DataFrame
     return lf.select(exprs).collect()
 
 
-def duckdb_type(dtype: pl.DataType) -> str:
-    """The DuckDB column type for a contract dtype (for typed empty views)."""
-    if dtype == pl.String():
-        return "VARCHAR"
-    if dtype == pl.Int64():
-        return "BIGINT"
-    if dtype == pl.Int32():
-        return "INTEGER"
-    if dtype == pl.Float64():
-        return "DOUBLE"
-    if dtype == pl.Boolean():
-        return "BOOLEAN"
-    if isinstance(dtype, pl.Datetime):
-        return "TIMESTAMP WITH TIME ZONE"
-    raise TypeError(f"no DuckDB type for {dtype}")
+def polars_type(sql_type: str) -> pl.DataType:
+    """The Polars dtype of a contract column type (:data:`S`, :data:`I64`, ...)."""
+    import polars as pl
+
+    types = {S: pl.String(), I64: pl.Int64(), I32: pl.Int32(), F64: pl.Float64(), B: pl.Boolean(),
+             DT: pl.Datetime("us", "UTC")}
+    try:
+        return types[sql_type]
+    except KeyError:
+        raise TypeError(f"no Polars dtype for the contract type {sql_type!r}") from None

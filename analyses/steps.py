@@ -60,12 +60,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-import polars as pl
-
 from analyses.schema import STEPS, conform
 
-if TYPE_CHECKING:  # pyarrow where steps are accumulated: the views import only the metric catalog here
+if TYPE_CHECKING:  # numpy, Polars and pyarrow where steps are derived: the views import only the metric catalog here
+    import numpy as np
+    import polars as pl
     import pyarrow as pa
 
 
@@ -219,18 +218,24 @@ def canonical_metric(raw: pl.Expr, hf: bool = False) -> pl.Expr:
     """The canonical name of a raw metric name: a declared alias -> its canonical name; any other
     ``timing/x`` -> ``timing_s/x``; everything else unchanged. ``hf``: the name comes from a
     transformers ``Trainer`` log, so its bare names (``reward``, ``kl``, ...) are known too."""
+    import polars as pl
+
     aliased = raw.replace_strict(HF_ALIASES if hf else ALIASES, default=None, return_dtype=pl.String)
     return pl.coalesce(aliased, raw.str.replace(r"^timing/", "timing_s/"))
 
 
 def alias_priority(raw: pl.Expr) -> pl.Expr:
     """0 for a canonical spelling or an undeclared name, else the alias's rank (1 = first)."""
+    import polars as pl
+
     return raw.replace_strict(_PRIORITY, default=0, return_dtype=pl.Int64)
 
 
 def resolve_alias_collisions(rows: pl.DataFrame, record: str = "line_no") -> pl.DataFrame:
     """Within each ``record`` (and step), keep the canonical name for the highest-priority spelling
     of a metric; the other spellings of it keep their raw names (``metric := raw_metric``)."""
+    import polars as pl
+
     if rows.height == 0:
         return rows
     keys = [record, "step", "metric", "is_validation"]
@@ -293,6 +298,8 @@ for _col, _names in STEP_COLUMNS.items():  # every name a step column reads is d
 
 def is_validation_metric(metric: pl.Expr) -> pl.Expr:
     """Metrics that only validation writes (verl's val-core/, val-aux/, older test_score/, TRL's eval_...)."""
+    import polars as pl
+
     return pl.any_horizontal([metric.str.starts_with(p) for p in VALIDATION_PREFIXES])
 
 
@@ -315,6 +322,8 @@ def derive_steps(
     or two files of one run), the last occurrence in (path, line) order wins.
     ``step_attrs`` holds reader-provided per-step facts (``ts``, ``truncated_line``).
     """
+    import polars as pl
+
     sm = step_metrics.select("step", "metric", "value", "is_validation", "path", "line_no")
     flags = sm.group_by("step").agg(
         is_training=(~pl.col("is_validation")).any(), is_val=pl.col("is_validation").any()
@@ -331,6 +340,8 @@ def derive_steps(
 
 def _pivot(last: pl.DataFrame) -> pl.DataFrame:
     """(step, metric, value) -> one row per step, a column per metric present."""
+    import polars as pl
+
     if last.height == 0:
         return pl.DataFrame(schema={"step": pl.Int64})
     return last.pivot(on="metric", index="step", values="value")
@@ -344,6 +355,8 @@ _CODE = {m: i for i, m in enumerate(STEP_INPUT_METRICS)}
 def _np_unique(a: np.ndarray) -> np.ndarray:
     """``np.unique(a)`` for integers, by a sort: numpy 2.4's hash-based ``np.unique`` took 300 ms
     for 290,000 int64 (a chunk of a verl log's steps), a sort and a compare 15 ms."""
+    import numpy as np
+
     s = np.sort(a)
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
@@ -373,6 +386,9 @@ class StepsAccumulator:
 
     def add(self, step_metrics: pl.DataFrame, path: str) -> None:
         """One chunk of ``step_metrics`` rows (any subset of the table's columns) of file ``path``."""
+        import numpy as np
+        import polars as pl
+
         if step_metrics.height == 0:
             return
         self._training.setdefault(path, [])
@@ -453,6 +469,8 @@ class StepsAccumulator:
         """Files in which some (step, metric, is_validation) may occur more than once (a step
         logged again, a name twice on one line): their staged rows need the dedupe. Exact for a
         file read in line order; a file whose rows come otherwise is listed to be safe."""
+        import numpy as np
+
         out = set(self._repeats)
         for path, parts in self._step_keys.items():
             if len(parts) > 1:
@@ -484,6 +502,8 @@ class StepsAccumulator:
 
     def step_attrs(self) -> pl.LazyFrame | None:
         """Every chunk's step attributes, in file and chunk order (None when no reader gave any)."""
+        import polars as pl
+
         frames = [f for p in sorted(self._attrs) for f in self._attrs[p]]
         if not frames:
             return None
@@ -495,6 +515,9 @@ class StepsAccumulator:
 
     def finish(self, n_gpus: int | None = None) -> pl.DataFrame:
         """The ``steps`` rows (only when :attr:`exact`)."""
+        import numpy as np
+        import polars as pl
+
         if not self.exact:
             raise ValueError("chunks are not in (path, line) order: derive steps from the staged rows")
         parts = [f for p in sorted(self._wide) for f in self._wide[p]]
@@ -522,6 +545,9 @@ def step_keys_once(step: np.ndarray, is_val: np.ndarray, line: np.ndarray, metri
     few key sequences, so only the first line of each (a handful per chunk) is checked for a name
     given twice.
     """
+    import numpy as np
+    import polars as pl
+
     n = len(line)
     if n == 0:
         return np.empty(0, dtype=np.int64)
@@ -554,6 +580,8 @@ def step_keys_once(step: np.ndarray, is_val: np.ndarray, line: np.ndarray, metri
 
 
 def _unique_steps(parts: dict[str, list[np.ndarray]]) -> np.ndarray:
+    import numpy as np
+
     arrays = [a for p in parts.values() for a in p]
     return _np_unique(np.concatenate(arrays)) if arrays else np.array([], dtype=np.int64)
 
@@ -567,6 +595,8 @@ def steps_from_wide(
     """The ``steps`` rows from ``wide`` (per step, the last value of each metric present, a
     column each) and ``flags`` (``step``, ``is_training``, ``is_val``: whether the step has a
     non-validation / a validation metric)."""
+    import polars as pl
+
     time_sources = list(_TIME_SOURCE_METRICS)
     missing = [pl.lit(None, dtype=pl.Float64).alias(m) for m in STEP_INPUT_METRICS if m not in wide.columns]
     if missing:

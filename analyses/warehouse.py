@@ -44,12 +44,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import polars as pl
-
 from analyses.atomic_output import WriteFailed, try_lock, writing
 from analyses.schema import TABLES, Table, conform, parquet_metadata
 
-if TYPE_CHECKING:  # pyarrow once Parquet is written or its metadata read: `polytrace runs` and `query` need neither
+if TYPE_CHECKING:  # Polars and pyarrow once Parquet is written or scanned: `polytrace runs` and `query` need neither
+    import polars as pl
     import pyarrow.parquet as pq
 
 ENV_WAREHOUSE = "POLYTRACE_WAREHOUSE"
@@ -216,6 +215,8 @@ def table_files(root: Path, table: str, runs: Iterable[str] | None = None) -> li
 
 def scan_table(root: Path, table: str, runs: Iterable[str] | None = None) -> pl.LazyFrame:
     """A lazy scan of a warehouse table with ``run_id`` from the hive path, in contract order."""
+    import polars as pl
+
     t = TABLES[table]
     files = table_files(root, table, runs)
     if not files:
@@ -379,6 +380,7 @@ class RunStaging:
         return df.height
 
     def _write_batch(self, table: str, df: pl.DataFrame, prefix: str) -> None:
+        import polars as pl
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -429,6 +431,8 @@ class RunStaging:
 
     def scan(self, table: str) -> pl.LazyFrame:
         """What is staged so far for ``table`` (empty frame with the contract schema if nothing)."""
+        import polars as pl
+
         t = TABLES[table]
         files = sorted(self.table_dir(table).glob("*.parquet"))
         if not files:
@@ -452,6 +456,8 @@ class RunStaging:
 
     def _compact(self, name: str, t: Table) -> Path:
         """The table's parts as one file (typed and empty when nothing was staged)."""
+        import polars as pl
+
         out = self.dir / "_final" / f"{name}.parquet"
         out.parent.mkdir(exist_ok=True)
         parts = sorted(self.table_dir(name).glob("*.parquet"))
@@ -515,6 +521,8 @@ class RunStaging:
 
     def _merge(self, name: str, segs: list[TableFile], staged: Path) -> Path:
         """Compaction: the published segments ``segs`` and the staged file as one file."""
+        import polars as pl
+
         out = self.dir / "_final" / f"{name}.merged.parquet"
         pl.scan_parquet([self.root / f.path for f in segs] + [staged]).sink_parquet(
             out, compression="zstd", statistics=True, metadata=parquet_metadata(TABLES[name]))
@@ -523,6 +531,8 @@ class RunStaging:
 
     def _publish(self, final: dict[str, Path], info: dict, after_publish: Callable[[], None] | None,
                  reuse: dict[str, list[TableFile]] | None = None) -> PublishedRun:
+        import polars as pl
+
         tables: dict[str, list[TableFile]] = {}
         new: list[TableFile] = []
         reuse = reuse or {}

@@ -17,6 +17,7 @@ from _ci import skip_or_fail
 from _warehouse_util import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]
+STOP_GRACE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,15 @@ def ray_head(dashboard: bool = False) -> Iterator[RayHead]:
             wait_for_port(dash_port, proc, 120, "the Ray dashboard")
         yield RayHead(f"127.0.0.1:{port}", f"http://127.0.0.1:{dash_port}" if dashboard else None)
     finally:
+        # `ray start --block` often takes the whole 30 s to stop its daemons and workers on SIGTERM
+        # (one Ray test's teardown was 30 s of `make test`): a few seconds' grace, then the group is killed
         try:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
+            proc.wait(timeout=STOP_GRACE_S)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
             except ProcessLookupError:
                 pass
         shutil.rmtree(tmp, ignore_errors=True)

@@ -53,3 +53,23 @@ def receiver() -> Iterator[Receiver]:
     finally:
         r.server.shutdown()
         r.server.server_close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each ``xdist_group`` on one worker under ``--dist loadgroup`` (``make test``).
+
+    xdist 3.8 groups the tests whose node id ends in ``@group``, and renames them by setting
+    ``item._nodeid``; pytest 9.2 derives ``nodeid`` from ``item._id``, so the rename was lost and
+    every group spread over both workers: the second worker blocked on the conformance build's
+    lock, and the two Ray tests started their clusters at once on 2 cores."""
+    if not getattr(config.option, "loadgroup", False):  # set on the workers under --dist loadgroup
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+        if groups and not item.nodeid.endswith("@" + "_".join(groups)):
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")  # noqa: SLF001
+

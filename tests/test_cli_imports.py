@@ -1,6 +1,7 @@
 """Each ``polytrace`` command imports only what it uses (issue 29, target 1): in a fresh process,
 ``--version`` and ``--help`` load neither DuckDB, Polars nor pyarrow, and ``query`` and ``runs``
-neither scipy, plotly, dagster, the fits nor the export formats."""
+neither scipy, plotly, dagster, the fits nor the export formats, nor Polars, pyarrow or numpy
+(DuckDB prints their results)."""
 
 from __future__ import annotations
 
@@ -63,11 +64,14 @@ def test_version_and_help_load_no_data_library(args: list[str]) -> None:
     assert _under(mods, HEAVY + DATA) == []
 
 
-def test_query_loads_duckdb_and_the_catalog_only(demo_wh: Path) -> None:
-    printed, mods = _loaded("query", "SELECT 41 + 1 AS answer", "--warehouse", str(demo_wh))
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_query_loads_duckdb_and_the_catalog_only(demo_wh: Path, fmt: str) -> None:
+    printed, mods = _loaded("query", "SELECT 41 + 1 AS answer, 'x' AS s, run_id FROM runs LIMIT 1", "--format", fmt,
+                            "--warehouse", str(demo_wh))
     assert "42" in printed
-    assert {"duckdb", "polars", "analyses.catalog", "analyses.sandbox"} <= mods
-    assert _under(mods, HEAVY) == []
+    assert {"duckdb", "analyses.catalog", "analyses.sandbox", "analyses.views"} <= mods
+    # every derived view is created, yet no Arrow hand-over and no frame: DuckDB's rows are printed
+    assert _under(mods, (*HEAVY, "polars", "pyarrow", "numpy")) == []
 
 
 def test_runs_loads_no_fit_report_or_reader(demo_wh: Path) -> None:
@@ -75,7 +79,7 @@ def test_runs_loads_no_fit_report_or_reader(demo_wh: Path) -> None:
     assert printed.splitlines()[0].startswith("polytrace-math-dapo: task=math")
     assert {"duckdb", "analyses.catalog"} <= mods
     # base tables only, their rows as plain values: no view group, no Arrow hand-over to Polars
-    assert _under(mods, (*HEAVY, "analyses.views", "pyarrow", "numpy")) == []
+    assert _under(mods, (*HEAVY, "analyses.views", "polars", "pyarrow", "numpy")) == []
 
 
 def test_a_command_gets_its_own_arguments_only() -> None:

@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("POLYTRACE_ARTIFACTS", REPO / "tmp" / "artifacts"))
 WEBSERVER = Path(sys.executable).with_name("dagster-webserver")
 
-pytestmark = pytest.mark.slow
+# one worker runs the module: its webserver (and the materialization behind it) starts once, not per worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dagster_ui")]
 
 _MATERIALIZE = textwrap.dedent("""
     from dagster import AssetKey, DagsterInstance, materialize

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 from _sandbox_util import demo_warehouse
@@ -38,6 +39,38 @@ def test_a_long_table_shows_what_polars_shows_of_the_whole_frame(wh: Path, n: in
     with pl.Config(tbl_rows=200, tbl_cols=40, fmt_str_lengths=80, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
         assert out == f"{whole}\n"
     assert f"│ {n - 1} " in out and ("│ 100 " in out) == (n <= 200)
+
+
+# drawn from DuckDB's rows (analyses.cli.row_text), or handed to Polars where that drawing cannot
+# be sure (wide or long text, line breaks, > 40 columns or 200 characters, floats, nested types)
+TABLES_AS_POLARS = {
+    "types": "SELECT 1::TINYINT a, 2::SMALLINT b, 3::UBIGINT c, 4::UTINYINT d, -7::BIGINT g, NULL::INTEGER n, "
+             "true t, NULL::BOOLEAN nb, '' e, NULL::VARCHAR ns, ' sp ' sp, 'tab\there' tab",
+    "latin": "SELECT 'héllo wörld' AS s, 'naïve' AS \"naïve\"",
+    "wide chars": "SELECT '日本語' AS s",
+    "line break": "SELECT 'l1\nl2' AS s",
+    "long text": "SELECT repeat('a', 81) AS s, repeat('b', 80) AS t",
+    "wide table": "SELECT " + ", ".join(f"repeat('x', 30) AS c{i}" for i in range(7)),
+    "many columns": "SELECT " + ", ".join(f"{i} AS c{i}" for i in range(45)),
+    "floats and nested": "SELECT 1.5 AS d, 0.1::DOUBLE AS f, 1e10::DOUBLE g, [1, 2] AS l, {'a': 1} AS st",
+    "dates": "SELECT DATE '2024-01-02' AS d, TIMESTAMP '2020-01-01 01:02:03' AS t",
+}
+
+
+@pytest.mark.parametrize("case", list(TABLES_AS_POLARS))
+def test_a_table_is_what_polars_prints(wh: Path, case: str, capsys) -> None:
+    sql = TABLES_AS_POLARS[case]
+    out = _out(wh, sql, "table", capsys)
+    whole = duckdb.sql(sql.replace("DATE '2024-01-02'", "'2024-01-02'").replace(
+        "TIMESTAMP '2020-01-01 01:02:03'", "'2020-01-01 01:02:03'")).pl()  # a table shows dates as DuckDB's text
+    with pl.Config(tbl_rows=200, tbl_cols=40, fmt_str_lengths=80, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
+        assert out == f"{whole}\n"
+
+
+def test_csv_quotes_as_polars_writes(wh: Path, capsys) -> None:
+    sql = "SELECT 'x,y' AS \"a,b\", NULL::VARCHAR AS n, '' AS e, 'q\"q' AS q, 'l1\nl2' AS l, 'c\rr' AS r, ' s ' AS s"
+    whole = duckdb.sql(sql).pl()
+    assert _out(wh, sql, "csv", capsys) == whole.write_csv()
 
 
 def test_csv_and_json_stream_every_row(wh: Path, capsys) -> None:

@@ -36,6 +36,8 @@ FIXTURE_SETS = list(TRACE_SETS)
 # TraceDiff: (name, trace set, control rank, test rank, control step, test step)
 DIFFS = [("two_ranks_real", "trace_filter", 0, 1, None, None),
          ("actor_vs_critic_steps", "verl_stages_backward_thread", 0, 1, 1, 2)]
+# one worker runs the module: the other would only wait on the shared run's lock (``once``)
+pytestmark = pytest.mark.xdist_group("trace_vs_hta")
 
 
 @pytest.fixture(scope="session")

@@ -10,23 +10,34 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import duckdb
-import polars as pl
 
 from analyses import catalog, landlock
+from analyses.cli import row_text
 from analyses.cli.common import EXIT_OK, UsageError
 from analyses.duckdb_limits import ENV_MEMORY, ENV_TEMP, ResourceLimits, human_bytes, new_scratch_path
 from analyses.landlock import ENV_LANDLOCK
-from analyses.sandbox import QueryRefused, one_line, query_statements, result_frames, statement_text
+from analyses.sandbox import (
+    QueryRefused,
+    one_line,
+    query_statements,
+    relation_frames,
+    relation_rows,
+    shown_relation,
+    statement_text,
+)
 from analyses.views import all_views
 from analyses.warehouse import reader_lease
 
-TABLE_ROWS = 200  # a table shows this many rows: the first and the last half
+if TYPE_CHECKING:  # Polars prints what DuckDB's rows cannot (analyses.cli.row_text): only then is it loaded
+    import polars as pl
+
+TABLE_ROWS = row_text.TABLE_ROWS
 
 
 def _csv(frames: Iterator[pl.DataFrame], out: TextIO) -> None:
@@ -38,19 +49,11 @@ def _csv(frames: Iterator[pl.DataFrame], out: TextIO) -> None:
             header = False
 
 
-def _json(frames: Iterator[pl.DataFrame], out: TextIO) -> None:
-    """A JSON array of one object per row, each written by DuckDB (``to_json``)."""
-    sep = "["
-    for df in frames:
-        if df.height:
-            out.write(sep + ", ".join(df.to_series()))
-            sep = ", "
-    out.write("[]\n" if sep == "[" else "]\n")
-
-
 def _table(frames: Iterator[pl.DataFrame], out: TextIO) -> None:
     """The first and last ``TABLE_ROWS // 2`` rows, as Polars prints a frame of any height (the
     rows between are never kept)."""
+    import polars as pl
+
     half = TABLE_ROWS // 2
     head: list[pl.DataFrame] = []
     tail: collections.deque[pl.DataFrame] = collections.deque()
@@ -66,29 +69,72 @@ def _table(frames: Iterator[pl.DataFrame], out: TextIO) -> None:
             tail_rows += df.height
             while tail_rows - tail[0].height >= half:
                 tail_rows -= tail.popleft().height
-    first = pl.concat(head)
+    _print_table(pl.concat(head), pl.concat(list(tail)) if tail else pl.concat(head).clear(), total, out)
+
+
+def _print_table(first: pl.DataFrame, last: pl.DataFrame, total: int, out: TextIO) -> None:
+    """The table Polars prints for a frame of ``total`` rows whose first ``TABLE_ROWS // 2`` rows
+    are ``first`` and whose rows after those are ``last`` (at least the last ``TABLE_ROWS // 2``)."""
+    import polars as pl
+
     if total > TABLE_ROWS:
         # one row between head and tail makes the frame longer than TABLE_ROWS: Polars then
         # prints its first and last halves around its usual ellipsis row
-        shown = pl.concat([first, first.head(1), pl.concat(list(tail)).tail(half)])
+        shown = pl.concat([first, first.head(1), last.tail(TABLE_ROWS // 2)])
     else:
-        shown = pl.concat([first, *tail])
-    with pl.Config(tbl_rows=TABLE_ROWS, tbl_cols=40, fmt_str_lengths=80, tbl_width_chars=200,
-                   tbl_hide_dataframe_shape=True):
+        shown = pl.concat([first, last])
+    with pl.Config(**row_text.TABLE_CONFIG):
         print(shown, file=out)
 
 
-PRINTERS = {"table": _table, "csv": _csv, "json": _json}
+def _table_from_rows(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation, out: TextIO,
+                     check: Callable[[], None]) -> None:
+    """A table of integer, boolean and text columns from DuckDB's rows: drawn by
+    :func:`analyses.cli.row_text.table_text`, or by Polars where that cannot match it."""
+    names, types = rel.columns, [str(t) for t in rel.types]
+    head, tail, total = row_text.head_and_tail(relation_rows(con, rel), check)
+    text = row_text.table_text(names, types, head, tail, total)
+    if text is not None:
+        out.write(text)
+        return
+    import polars as pl
+
+    schema = {n: getattr(pl, row_text.DRAWN_TYPES[t][1]) for n, t in zip(names, types, strict=True)}
+    _print_table(pl.DataFrame(head, schema=schema, orient="row"), pl.DataFrame(tail, schema=schema, orient="row"),
+                 total, out)
+
+
+def _print_result(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None, fmt: str, out: TextIO,
+                  check: Callable[[], None]) -> None:
+    """One statement's result as ``fmt``: from DuckDB's rows (:mod:`analyses.cli.row_text`), a
+    table whose column types those cannot draw through Polars."""
+    if rel is None:  # no result (no statement the sandbox lets through): as an empty frame printed
+        if fmt == "json":
+            out.write("[]\n")
+        else:
+            (_csv if fmt == "csv" else _table)(relation_frames(None), out)
+    elif fmt == "csv":
+        row_text.write_csv(con, rel, out, check)
+    elif fmt == "json":
+        row_text.write_json(con, rel, out, check)
+    elif row_text.drawn([str(t) for t in rel.types]):
+        _table_from_rows(con, rel, out, check)
+    else:
+        _table(_checked(relation_frames(rel), check), out)
 
 
 def _as_json(col: str) -> pl.Expr:
     """A nested column as its JSON text, columnar (wrapped in a struct, encoded, the value taken back out)."""
+    import polars as pl
+
     return pl.struct(pl.col(col).alias("v")).struct.json_encode().str.json_path_match("$.v").alias(col)
 
 
 def print_frame(df: pl.DataFrame, fmt: str, out: TextIO | None = None) -> None:
     """A frame computed outside DuckDB's text (e.g. ``trace-diff``) as the query command prints its
     results: a table, CSV (lists and structs as their JSON text) or a JSON array of objects."""
+    import polars as pl
+
     out = out or sys.stdout
     if fmt == "csv":
         nested = [c for c, t in df.schema.items() if isinstance(t, pl.List | pl.Array | pl.Struct)]
@@ -156,7 +202,7 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, fmt: str, timeout_s: float
             if len(stmts) > 1 and fmt == "table":
                 print(f"-- [{i + 1}/{len(stmts)}] {statement_text(s)}", file=out)
             try:
-                PRINTERS[fmt](_checked(result_frames(con, s, mode=fmt), deadline), out)
+                _print_result(con, shown_relation(con, s, mode=fmt), fmt, out, deadline.check)
             except QueryRefused as exc:
                 raise UsageError(str(exc)) from exc
             except duckdb.Error as exc:
@@ -166,9 +212,9 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, fmt: str, timeout_s: float
     return EXIT_OK
 
 
-def _checked(frames: Iterator[pl.DataFrame], deadline: _Deadline) -> Iterator[pl.DataFrame]:
+def _checked(frames: Iterator[pl.DataFrame], check: Callable[[], None]) -> Iterator[pl.DataFrame]:
     for df in frames:
-        deadline.check()  # an interrupt that arrived between two batches
+        check()  # an interrupt that arrived between two batches
         yield df
 
 

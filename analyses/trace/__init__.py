@@ -32,12 +32,13 @@ that take arguments the views fix to HTA's defaults; it returns Polars frames.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import duckdb
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from analyses.trace import breakdown, counters, diff, idle, launches, sequences, stragglers, user_annotations
+
+if TYPE_CHECKING:  # the views import this package's modules: Polars once an analysis returns a frame
+    import duckdb
+    import polars as pl
 
 __all__ = ["TraceAnalysis", "TraceSelection"]
 
@@ -66,6 +67,8 @@ class TraceAnalysis:
 
     def get_idle_time_breakdown(self, ranks: Sequence[int] | None = None, streams: Sequence[int] | None = None,
                                 consecutive_kernel_delay_us: float = idle.DELAY_US, by_stage: bool = False) -> pl.DataFrame:
+        import polars as pl
+
         src = f"({idle.idle_intervals_sql(consecutive_kernel_delay_us)})"
         df = self._q(idle.idle_breakdown_sql(("stage",) if by_stage else (), source=src), ranks)
         if streams:
@@ -101,6 +104,8 @@ class TraceAnalysis:
                                           duration_ratio: float = user_annotations.DURATION_RATIO,
                                           num_kernels: int = user_annotations.NUM_KERNELS,
                                           allowlist_patterns: Sequence[str] | None = None) -> pl.DataFrame:
+        import polars as pl
+
         regex = "|".join(f"(?:{p})" for p in allowlist_patterns) if allowlist_patterns else None
         df = self._q(user_annotations.annotation_breakdown_sql(num_kernels, duration_ratio, regex))
         return df.filter(pl.col("on_gpu") == use_gpu_annotation).sort("rank", "name")

@@ -27,7 +27,7 @@ Differences from HTA, stated:
 
 from __future__ import annotations
 
-from analyses.trace.model import QUEUE_LAUNCHES
+from analyses.trace.events import QUEUE_LAUNCHES
 from analyses.trace.sqlparts import US, WINDOW_KERNELS, describe, lead
 
 MAX_QUEUE_LENGTH = 1024

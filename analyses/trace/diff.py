@@ -17,11 +17,13 @@ streams < 0 and > 0); we count it by its launch like any other.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import duckdb
-import polars as pl
+from typing import TYPE_CHECKING
 
 from analyses.trace.sqlparts import US
+
+if TYPE_CHECKING:  # the views read this module's SQL: DuckDB and Polars where a diff is computed
+    import duckdb
+    import polars as pl
 
 OP_SUMMARY_SQL = f"""
 SELECT run_id, rank, step, stage, 'CPU' AS device, cat, name, count(*) AS counts, sum(dur_us) * {US} AS total_duration_s
@@ -105,6 +107,8 @@ def shorten_name(name: str) -> str:
 def trace_diff(con: duckdb.DuckDBPyConnection, control: TraceSelection, test: TraceSelection, device: str = "all",
                use_short_name: bool = False) -> pl.DataFrame:
     """Operators and kernels of ``test`` against ``control`` (``con``: a catalog connection)."""
+    import polars as pl
+
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, not {device!r}")
     c, t = _resolve(con, control), _resolve(con, test)

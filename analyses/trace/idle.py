@@ -34,7 +34,7 @@ before a kernel is time the CPU spent before launching it.
 
 from __future__ import annotations
 
-from analyses.trace.model import IDLE_KERNEL_CATS
+from analyses.trace.events import IDLE_KERNEL_CATS
 from analyses.trace.sqlparts import US, WINDOW_KERNELS, lead
 
 DELAY_US = 30.0

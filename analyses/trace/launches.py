@@ -18,7 +18,7 @@ and a driver call of one correlation give two rows); we take its launch, one row
 
 from __future__ import annotations
 
-from analyses.trace.model import KERNEL_LAUNCHES, MEMORY_LAUNCHES
+from analyses.trace.events import KERNEL_LAUNCHES, MEMORY_LAUNCHES
 from analyses.trace.sqlparts import US, WINDOW_KERNELS, lead
 
 RUNTIME_CUTOFF_US = 50.0

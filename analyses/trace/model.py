@@ -44,15 +44,6 @@ COMM_RE = r"^nccl.*Kernel"
 MEMORY_RE = r"^(Memcpy|Memset|dma)"
 NOT_COMPUTE_RE = r"^(nccl.*Kernel|.*Memcpy|Memset|.*Sync)"
 KERNEL_TYPES = ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER")
-# runtime calls that enqueue work on a stream (HTA's get_runtime_launch_events_query)
-QUEUE_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync",
-                  "cudaMemsetAsync", "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel",
-                  "hipExtModuleLaunchKernel", "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream")
-# what HTA's get_cuda_kernel_launch_stats joins (include_memory_events=True)
-KERNEL_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "runFunction - job_prep_and_submit_for_execution")
-MEMORY_LAUNCHES = ("cudaMemcpyAsync", "cudaMemsetAsync")
-# the GPU event categories HTA's get_idle_time_breakdown looks at (not cuda_sync)
-IDLE_KERNEL_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events")
 
 GPU_SCHEMA = {"ev": pl.Int64, "ts": pl.Float64, "dur": pl.Float64, "correlation": pl.Int64, "stream": pl.Int64,
               "device": pl.Int64, "cat": pl.String, "name": pl.String, "pid": pl.String, "tid": pl.String,

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-import polars as pl
+if TYPE_CHECKING:  # Polars (and numpy) where a timeline is built: the views read STAGES only
+    import polars as pl
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,15 @@ _SPAN_TO_STAGE: dict[str, str] = {span: s.name for s in STAGES for span in s.spa
 
 def normalize(name: pl.Expr) -> pl.Expr:
     """A span name as the registry spells it: lower case, without spaces and HTA's ``#`` fences."""
+    import polars as pl
+
     return name.cast(pl.String).str.strip_chars(" #\t").str.to_lowercase()
 
 
 def stage_of_name(name: pl.Expr) -> pl.Expr:
     """The stage a span name means, else null."""
+    import polars as pl
+
     return normalize(name).replace_strict(_SPAN_TO_STAGE, default=None, return_dtype=pl.String)
 
 
@@ -75,6 +80,8 @@ def stage_timeline(spans: pl.DataFrame) -> pl.DataFrame:
     Spans are few (a handful per step), so their boundaries are walked in Python with a heap
     (O(S log S)); the events themselves are placed by :func:`stage_at`, vectorized.
     """
+    import polars as pl
+
     schema = {"start": pl.Float64, "stage": pl.String}
     s = spans.filter(pl.col("end") > pl.col("ts")).sort(["ts", "end"], descending=[False, True])
     if s.height == 0:
@@ -100,6 +107,9 @@ def stage_timeline(spans: pl.DataFrame) -> pl.DataFrame:
 def stage_at(frame: pl.DataFrame, at: str, timeline: pl.DataFrame, out: str = "stage") -> pl.DataFrame:
     """``frame`` with column ``out``: the stage of ``timeline`` at time column ``at`` (null when
     ``at`` is null or before every segment)."""
+    import numpy as np
+    import polars as pl
+
     if timeline.height == 0 or frame.height == 0:
         return frame.with_columns(pl.lit(None, pl.String).cast(pl.Categorical).alias(out))
     t = frame[at].cast(pl.Float64).fill_null(np.nan).to_numpy()

@@ -12,12 +12,14 @@ import importlib
 import pkgutil
 from collections.abc import Iterable
 from functools import cache
-
-import duckdb
-import polars as pl
+from typing import TYPE_CHECKING
 
 from analyses.views.group import View, ViewGroup
 from analyses.views.sql import QUANTILE_DEFINITION
+
+if TYPE_CHECKING:  # the catalog takes the views' SQL only: `polytrace query` loads neither
+    import duckdb
+    import polars as pl
 
 __all__ = ["QUANTILE_DEFINITION", "View", "ViewGroup", "all_views", "group", "headline_frame", "view", "view_frame",
            "view_groups"]

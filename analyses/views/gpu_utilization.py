@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import polars as pl
-
 from analyses.run_facts import IDLE_UTIL_PCT, UTIL_METRIC
 from analyses.views.group import ReadView, View, ViewGroup
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
+    import polars as pl
 
     from analyses.figures import FigureSpec
 
@@ -139,6 +138,8 @@ FROM w LEFT JOIN per_step p USING (run_id, step) LEFT JOIN spread s USING (run_i
 
 
 def _figures(read: ReadView, runs: list[str]) -> list[FigureSpec]:
+    import polars as pl
+
     from analyses import figures as F  # plotly: only when a report draws
 
     per_step = read("gpu_utilization").filter(pl.col("scope") == "step")

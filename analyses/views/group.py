@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # a figure builder imports plotly and Polars when a report draws: the catalog never does
+    import polars as pl
 
-if TYPE_CHECKING:  # a group's figure builder imports the figures (plotly) when a report draws: the catalog never does
     from analyses.figures import FigureSpec
 
-ReadView = Callable[[str], pl.DataFrame]  # view name -> its rows for the selected runs
+ReadView = Callable[[str], "pl.DataFrame"]  # view name -> its rows for the selected runs
 FigureBuilder = Callable[[ReadView, list[str]], list["FigureSpec"]]
 
 

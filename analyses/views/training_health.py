@@ -37,14 +37,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import polars as pl
-
 from analyses.run_facts import IDLE_UTIL_PCT, PARTIAL_STEP_SHARE, UTIL_METRIC
 from analyses.steps import HEALTH_KINDS, canonical_info
 from analyses.views.group import ReadView, View, ViewGroup
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
+    import polars as pl
 
     from analyses.figures import FigureSpec
 

@@ -3,8 +3,9 @@ format with default options, and run each consumer's driver once over every expo
 
 Everything expensive is done once per test run: session-scoped, and under xdist shared by the workers
 through a file lock and a directory beside their base temp dirs (``harness.once``). The ``xdist_group``
-marks alone do not do it: with pytest 9.2, xdist 3.8 cannot rename node ids, so ``--dist loadgroup`` no
-longer keeps a group on one worker.
+mark keeps these tests on one worker under ``--dist loadgroup`` (``tests/conftest.py`` renames the node
+ids, which xdist 3.8 no longer can under pytest 9.2), so the other worker runs other tests instead of
+waiting on the lock; the lock keeps the build once whatever the scheduling.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 # the filter: the multi-turn run (the shape any_value got wrong) and one with telemetry and steps
 FILTERS = {"one": ("polytrace-search-multiturn", "verl-agentic-search-v0.5")}
 REL = 1e-9  # sums and means may add in another order under another plan or version
+# one worker runs the module: its warehouse and every DuckDB version's results are built once, not per worker
+pytestmark = pytest.mark.xdist_group("view_determinism")
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,6 @@ import argparse
 import collections
 import dataclasses
 import json
-import os
-import selectors
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analyses.readers.limits import Limits
+from tests.fuzz.pool import Pool, Worker
 
-REPO = Path(__file__).resolve().parents[2]
 KINDS = ("crash", "hang", "rss", "accounting", "reader_error")
 # small limits by default, so that inputs over them stay cheap enough for 100k inputs; the
 # RSS bound is checked against the defaults too (--default-limits-every)
@@ -80,45 +76,6 @@ class Summary:
         return "\n".join(lines)
 
 
-class Worker:
-    """A worker process speaking JSON lines: jobs on its stdin, events on its stdout. It runs in
-    a session of its own, so that killing it also kills any process it forked."""
-
-    def __init__(self, scratch: Path, module: str = "tests.fuzz.worker", env: dict[str, str] | None = None) -> None:
-        penv = dict(os.environ, PYTHONPATH=str(REPO), POLARS_MAX_THREADS=os.environ.get("POLARS_MAX_THREADS", "2"),
-                    **(env or {}))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, str(scratch)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=penv, cwd=REPO,
-            start_new_session=True,
-        )
-        self.buf = b""
-        self.job: dict | None = None
-        self.current: int | None = None
-        self.started = 0.0
-        self.batches = 0
-
-    def send(self, job: dict) -> None:
-        self.job, self.current, self.started = job, None, time.monotonic()
-        self.proc.stdin.write((json.dumps(job) + "\n").encode())
-        self.proc.stdin.flush()
-
-    def lines(self) -> list[dict]:
-        data = os.read(self.proc.stdout.fileno(), 1 << 20)
-        if not data:
-            raise EOFError
-        self.buf += data
-        *done, self.buf = self.buf.split(b"\n")
-        return [json.loads(x) for x in done if x.startswith(b"{")]
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-
-
 def fuzz(
     n_inputs: int,
     procs: int = 2,
@@ -141,81 +98,39 @@ def fuzz(
         for b in range(n_batches)
     )
     scratch = Path(tempfile.mkdtemp(prefix="polytrace-fuzz-"))
-    sel = selectors.DefaultSelector()
-    workers: list[Worker] = []
-    last_print = time.monotonic()
 
-    def start_worker() -> Worker:
-        w = Worker(scratch)
-        sel.register(w.proc.stdout, selectors.EVENT_READ, w)
-        workers.append(w)
-        return w
-
-    def drop(w: Worker, kind: str, detail: str) -> None:
-        """The worker died or hung on its current input: record it, requeue the rest of the batch."""
-        sel.unregister(w.proc.stdout)
-        w.kill()
-        workers.remove(w)
+    def lost(w: Worker, kind: str, detail: str) -> dict | None:
+        """Record the input the worker died or hung on; the rest of its batch runs again without it."""
         job = w.job
-        if job is not None:
-            name = f"{master}:{job['batch']}:{w.current}"
-            summary.findings.append({"kind": kind, "input": name, "detail": detail, "how": []})
-            if progress:
-                print(f"[fuzz] {kind} {name}: {detail}", flush=True)
-            if w.current is not None:
-                queue.appendleft(dict(job, exclude=[*job["exclude"], w.current]))
-        if queue:
-            feed(start_worker())
+        name = f"{master}:{job['batch']}:{w.current}"
+        summary.findings.append({"kind": kind, "input": name, "detail": detail, "how": []})
+        if progress:
+            print(f"[fuzz] {kind} {name}: {detail}", flush=True)
+        return dict(job, exclude=[*job["exclude"], w.current]) if w.current is not None else None
 
-    def feed(w: Worker) -> None:
-        if max_seconds is not None and time.monotonic() - t0 > max_seconds:
-            queue.clear()  # out of time: finish the batches in flight, report what ran
-        if queue:
-            w.send(queue.popleft())
+    def handle(w: Worker, ev: dict) -> None:
+        if ev["ev"] != "batch":
+            return
+        seen = len(summary.findings)
+        _record(summary, master, ev, max_rss_mib)
+        if progress:
+            for f in summary.findings[seen:]:
+                print(f"[fuzz] {f['kind']} {f['input']} {' '.join(f['how'])}: {f['detail'][:300]}", flush=True)
+        w.batches += 1
+        if w.batches % 100 == 0:  # a fresh process now and then: no creeping state
+            pool.recycle(w)
         else:
-            w.job = None
+            pool.feed(w)
 
+    def status(elapsed: float) -> str:
+        return (f"[fuzz] {summary.inputs}/{n_inputs} inputs, {len(summary.findings)} findings, "
+                f"peak RSS {summary.peak_rss_kb / 1024:.0f} MiB, {elapsed:.0f} s")
+
+    pool = Pool(queue, lambda: Worker(scratch), lost, "worker died (exit {code}) on this input", input_seconds,
+                max_seconds, t0, status if progress else None)
     try:
-        for _ in range(min(procs, n_batches)):
-            feed(start_worker())
-        while any(w.job is not None for w in workers):
-            for key, _ in sel.select(timeout=1.0):
-                w: Worker = key.data
-                try:
-                    events = w.lines()
-                except EOFError:
-                    drop(w, "crash", f"worker died (exit {w.proc.wait()}) on this input")
-                    continue
-                for ev in events:
-                    if ev["ev"] == "start":
-                        w.current, w.started = ev["i"], time.monotonic()
-                    elif ev["ev"] == "batch":
-                        seen = len(summary.findings)
-                        _record(summary, master, ev, max_rss_mib)
-                        if progress:
-                            for f in summary.findings[seen:]:
-                                print(f"[fuzz] {f['kind']} {f['input']} {' '.join(f['how'])}: {f['detail'][:300]}",
-                                      flush=True)
-                        w.batches += 1
-                        if w.batches % 100 == 0:  # a fresh process now and then: no creeping state
-                            sel.unregister(w.proc.stdout)
-                            w.proc.stdin.close()
-                            w.kill()
-                            workers.remove(w)
-                            feed(start_worker())
-                        else:
-                            feed(w)
-            now = time.monotonic()
-            for w in list(workers):
-                if w.job is not None and w.current is not None and now - w.started > input_seconds:
-                    drop(w, "hang", f"no result after {input_seconds:.0f} s")
-            if progress and now - last_print > 30:
-                last_print = now
-                print(f"[fuzz] {summary.inputs}/{n_inputs} inputs, {len(summary.findings)} findings, "
-                      f"peak RSS {summary.peak_rss_kb / 1024:.0f} MiB, {now - t0:.0f} s", flush=True)
+        pool.run(procs, handle)
     finally:
-        for w in workers:
-            w.kill()
         _rmtree(scratch)
     for f in summary.findings:  # the recipe of each finding's input, for the report
         if not f.get("how") and f["input"].split(":")[2] != "None":

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import selectors
 import shutil
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.fuzz.run import Worker
+from tests.fuzz.pool import Pool, Worker
 from tests.fuzz.sql_worker import FUZZ_TIMEOUT_S
 from tests.fuzz.statements import (
     ENV_CANARY,
@@ -48,7 +47,6 @@ from tests.fuzz.statements import (
     make_input,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 KINDS = ("write", "read", "traceback", "multiline", "crash", "hang", "kernel_stop", "scratch_leftover")
 
 
@@ -144,77 +142,35 @@ def _drive(s: SqlSummary, env: Env, env_path: Path, jobs: list[dict], n_inputs: 
            input_seconds: float, progress: bool, max_seconds: float | None, t0: float) -> None:
     """Feed ``jobs`` to ``procs`` workers, recording their events in ``s``; a worker that hangs
     on an input is killed and the rest of its batch goes to a new one."""
-    queue = collections.deque(jobs)
-    sel = selectors.DefaultSelector()
-    workers: list[Worker] = []
-    last_print = time.monotonic()
-
-    def start_worker() -> Worker:
-        w = Worker(env_path, "tests.fuzz.sql_worker", {ENV_CANARY: env.env_token})
-        sel.register(w.proc.stdout, selectors.EVENT_READ, w)
-        workers.append(w)
-        return w
-
-    def feed(w: Worker) -> None:
-        if max_seconds is not None and time.monotonic() - t0 > max_seconds:
-            queue.clear()
-        if queue:
-            w.send(queue.popleft())
-        else:
-            w.job = None
-
-    def drop(w: Worker, kind: str, detail: str) -> None:
-        sel.unregister(w.proc.stdout)
-        w.kill()
-        workers.remove(w)
+    def lost(w: Worker, kind: str, detail: str) -> dict | None:
+        """Record the input the worker died or hung on; the rest of its batch runs again."""
         job = w.job
-        if job is not None and w.current is not None:
-            s.findings.append({"kind": kind, "input": f"{master}:{w.current}", "detail": detail})
-            if progress:
-                print(f"[sqlfuzz] {kind} {master}:{w.current}: {detail}", flush=True)
-            rest = job["start"] + job["n"] - (w.current + 1)
-            if rest > 0:
-                queue.appendleft(dict(job, start=w.current + 1, n=rest))
-        elif job is not None:
-            queue.appendleft(job)
-        if queue:
-            feed(start_worker())
+        if w.current is None:
+            return job
+        s.findings.append({"kind": kind, "input": f"{master}:{w.current}", "detail": detail})
+        if progress:
+            print(f"[sqlfuzz] {kind} {master}:{w.current}: {detail}", flush=True)
+        rest = job["start"] + job["n"] - (w.current + 1)
+        return dict(job, start=w.current + 1, n=rest) if rest > 0 else None
 
-    try:
-        for _ in range(min(procs, len(jobs))):
-            feed(start_worker())
-        while any(w.job is not None for w in workers):
-            for key, _ in sel.select(timeout=1.0):
-                w: Worker = key.data
-                try:
-                    events = w.lines()
-                except EOFError:
-                    drop(w, "crash", f"the worker died (exit {w.proc.wait()})")
-                    continue
-                for ev in events:
-                    if ev["ev"] == "start":
-                        w.current, w.started = ev["i"], time.monotonic()
-                    elif ev["ev"] == "abi":
-                        s.abi = max(s.abi, ev["abi"])
-                    elif ev["ev"] == "done":
-                        w.current = None
-                        _record(s, master, ev, w.job)
-                        if progress:
-                            for f in ev["findings"]:
-                                print(f"[sqlfuzz] {f['kind']} {master}:{ev['i']}: {f['detail'][:300]}", flush=True)
-                    elif ev["ev"] == "end":
-                        feed(w)
-            now = time.monotonic()
-            for w in list(workers):
-                if w.job is not None and w.current is not None and now - w.started > input_seconds:
-                    drop(w, "hang", f"no result after {input_seconds:.0f} s")
-            if progress and now - last_print > 30:
-                last_print = now
-                print(f"[sqlfuzz] {s.inputs}/{n_inputs} inputs, {len(s.findings)} findings, {now - t0:.0f} s",
-                      flush=True)
-    finally:
-        for w in workers:
-            w.kill()
+    def handle(w: Worker, ev: dict) -> None:
+        if ev["ev"] == "abi":
+            s.abi = max(s.abi, ev["abi"])
+        elif ev["ev"] == "done":
+            w.current = None
+            _record(s, master, ev, w.job)
+            if progress:
+                for f in ev["findings"]:
+                    print(f"[sqlfuzz] {f['kind']} {master}:{ev['i']}: {f['detail'][:300]}", flush=True)
+        elif ev["ev"] == "end":
+            pool.feed(w)
+
+    def status(elapsed: float) -> str:
+        return f"[sqlfuzz] {s.inputs}/{n_inputs} inputs, {len(s.findings)} findings, {elapsed:.0f} s"
+
+    pool = Pool(collections.deque(jobs), lambda: Worker(env_path, "tests.fuzz.sql_worker", {ENV_CANARY: env.env_token}),
+                lost, "the worker died (exit {code})", input_seconds, max_seconds, t0, status if progress else None)
+    pool.run(procs, handle)
 
 
 def _record(s: SqlSummary, master: int, ev: dict, job: dict | None) -> None:

@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from analyses.ingest import ingest_run
+from analyses.ingest_files import RunReport
 from analyses.readers.base import ReaderBase
 from analyses.readers.polytrace_v2 import MultiturnWorkloadReader, PackedLengthsReader, RewardTimingsReader
 from analyses.schema import TABLES
@@ -109,11 +110,7 @@ def test_batches_equal_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "MultiturnWorkloadReader" in batched_by
     for cls in READERS:
         monkeypatch.setattr(cls, "read_many", ReaderBase.read_many)
-    alone = ingest_run(run, tmp_path / "alone", run_id="r")
-    assert batched.summary_lines() == alone.summary_lines()
-    a, b = _tables(tmp_path / "batched"), _tables(tmp_path / "alone")
-    for t in TABLES:
-        assert a[t].equals(b[t]), f"table {t} differs\n{a[t]}\n{b[t]}"
+    a = _same_as_read_alone(batched, run, tmp_path)
     rej = a["rejects"].select("path", "line_no", "reason").rows()
     assert ("packed_lengths_step_2.jsonl", 3, "duplicate record for this dp_rank and local_index") in rej
     assert ("packed_lengths_step_3.jsonl", 1, "step 4 contradicts the file name (step 3)") in rej
@@ -132,6 +129,17 @@ def test_batches_equal_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert calls.select("sample_id", "turn", "call_index").rows() == [
         ("0-0", 0, 0), ("0-1", 0, 0), ("0-1", 0, 1), ("1-0", 0, 0), ("1-0", 0, 1), ("1-0", 1, 0)]
     assert a["turns"].filter(pl.col("step") == 7).height == 6 and a["samples"].filter(pl.col("path") == f"{turns}6.jsonl").height == 200
+
+
+def _same_as_read_alone(batched: RunReport, run: Path, tmp_path: Path) -> dict[str, pl.DataFrame]:
+    """The tables of ``batched`` (ingested into ``tmp_path/batched``), asserted equal, with its
+    report, to ``run`` ingested again now (the test has turned batching off) into ``tmp_path/alone``."""
+    alone = ingest_run(run, tmp_path / "alone", run_id="r")
+    assert batched.summary_lines() == alone.summary_lines()
+    a, b = _tables(tmp_path / "batched"), _tables(tmp_path / "alone")
+    for t in TABLES:
+        assert a[t].equals(b[t]), f"table {t} differs\n{a[t]}\n{b[t]}"
+    return a
 
 
 def test_consecutive_batches_stage_one_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,8 +165,4 @@ def test_consecutive_batches_stage_one_part(tmp_path: Path, monkeypatch: pytest.
     batched = ingest_run(run, tmp_path / "batched", run_id="r")
     assert parts["samples"] == parts["turns"] == parts["tool_calls"] == 1, parts
     monkeypatch.setattr(MultiturnWorkloadReader, "read_many", ReaderBase.read_many)
-    alone = ingest_run(run, tmp_path / "alone", run_id="r")
-    assert batched.summary_lines() == alone.summary_lines()
-    a, b = _tables(tmp_path / "batched"), _tables(tmp_path / "alone")
-    for t in TABLES:
-        assert a[t].equals(b[t]), f"table {t} differs\n{a[t]}\n{b[t]}"
+    _same_as_read_alone(batched, run, tmp_path)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from threading import Event
@@ -104,9 +105,20 @@ class Watcher:
         self.failed = 0
         self._catalog_views = False
 
-    def poll(self) -> Refresh:
-        """Ingest when a file changed since the last poll, and say what is new."""
+    def poll(self, say: Callable[[str], Any] | None = None,
+             hold: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Refresh:
+        """Ingest when a file changed since the last poll, and say what is new. Each line goes to
+        ``say`` as soon as it is known, inside ``hold()`` together with counting what it reports (the
+        command line holds Ctrl-C there), so an interrupted poll leaves a summary matching its output."""
         out = Refresh()
+
+        def emit(line: str, counted: Callable[[], None] = lambda: None) -> None:
+            with hold():
+                if say is not None:
+                    say(line)
+                counted()
+                out.lines.append(line)
+
         sig = signature(self.path)
         if sig == self._last_sig:
             return out
@@ -116,20 +128,29 @@ class Watcher:
         self._last_sig = sig
         self.refreshes += 1
         out.ingested = True
-        out.lines += self._mode_lines(report)
-        out.lines += self._step_lines()
+        for line in self._mode_lines(report):
+            emit(line)
+        steps = self._new_steps()
+        if steps is not None:
+            first, last, line = steps
+
+            def counted() -> None:
+                self.first_step = first if self.first_step is None else self.first_step
+                self.last_step = last
+
+            emit(line, counted)
         alerts = self.pt.alerts([self.run_id])
-        out.new_alerts = [a for a in alerts if a.key not in self.seen]
-        for a in out.new_alerts:
-            self.seen.add(a.key)
-            out.lines.append(a.line()[:LINE_WIDTH])
+        for a in alerts:
+            if a.key not in self.seen:
+                emit(a.line()[:LINE_WIDTH], lambda a=a: (self.seen.add(a.key), out.new_alerts.append(a)))
         if self.urls and alerts:
             # every alert of the run, each time: deliver() skips those sent before (by anyone), and
             # one whose delivery failed is tried again here
             done = self.pt.notify(alerts, self.urls)
             self.notified += len(done.sent)
             self.failed += len(done.failed)
-            out.lines += [ln[:160] for ln in done.lines()]
+            for ln in done.lines():
+                emit(ln[:160])
         out.seconds = time.perf_counter() - t0
         return out
 
@@ -137,8 +158,8 @@ class Watcher:
         """A refresh that could not append says why it read everything again."""
         return list(report.refresh_notes)
 
-    def _step_lines(self) -> list[str]:
-        """The steps ingested since the last report, as one line (the training_health view)."""
+    def _new_steps(self) -> tuple[int, int, str] | None:
+        """The steps ingested since the last report as (first, last, one line), from training_health."""
         con = self.pt.connect()
         try:
             after = -1 if self.last_step is None else self.last_step
@@ -149,11 +170,10 @@ class Watcher:
         finally:
             con.close()
         if row is None or row[0] is None:
-            return []
+            return None
         first, last, *vals, step_time = row
-        self.first_step = first if self.first_step is None else self.first_step
-        self.last_step = last
-        return [step_line(first, last, {c: v for (c, _, _), v in zip(STEP_FIELDS, vals, strict=True)}, step_time)]
+        means = {c: v for (c, _, _), v in zip(STEP_FIELDS, vals, strict=True)}
+        return first, last, step_line(first, last, means, step_time)
 
     def summary(self) -> str:
         steps = "no steps" if self.last_step is None else f"steps {self.first_step}-{self.last_step}"
@@ -164,16 +184,16 @@ class Watcher:
 
 
 def watch(watcher: Watcher, interval_s: float, stop: Event, say: Callable[[str], Any],
-          on_error: Callable[[str], Any] | None = None) -> None:
-    """Poll ``watcher`` every ``interval_s`` until ``stop`` is set; each line goes to ``say``. A
-    refresh that fails (a locked run, a refused commit) is one line to ``on_error`` and the loop
-    goes on: the next change is tried again."""
+          on_error: Callable[[str], Any] | None = None,
+          hold: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+    """Poll ``watcher`` every ``interval_s`` until ``stop`` is set; each line goes to ``say`` (inside
+    ``hold()``: :meth:`Watcher.poll`). A refresh that fails (a locked run, a refused commit) is one
+    line to ``on_error`` and the loop goes on: the next change is tried again."""
     from analyses.warehouse import CommitRefused, RunLocked
 
     while not stop.is_set():
         try:
-            for line in watcher.poll().lines:
-                say(line)
+            watcher.poll(say, hold)
         except (RunLocked, CommitRefused, OSError) as exc:
             (on_error or say)(f"refresh failed: {exc}".replace("\n", " "))  # the next poll tries again
         stop.wait(interval_s)

@@ -64,6 +64,51 @@ def test_watcher_reports_new_steps_and_each_alert_once(tmp_path: Path, receiver:
     assert w.summary() == "watch run: stopped after 3 refresh(es); steps 1-17; 1 alert(s), 1 notified"
 
 
+def test_ctrl_c_between_the_step_line_and_its_alert_leaves_a_summary_that_matches_the_output(
+        tmp_path: Path) -> None:
+    """The stop-33 race: a signal arriving after a poll had counted its steps but before their line
+    was printed left a summary naming a step no line showed. Now a step or an alert counts as
+    reported only once its line is said."""
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    log.write_text(_console([1000.0] * 10 + [1.0] * 6))
+    w = Watcher(PolyTrace(tmp_path / "wh"), log.parent)
+    said: list[str] = []
+
+    def interrupted_at_the_alert(line: str) -> None:
+        if line.startswith("ALERT "):
+            raise KeyboardInterrupt
+        said.append(line)
+
+    with pytest.raises(KeyboardInterrupt):
+        w.poll(interrupted_at_the_alert)
+    assert said == ["steps 1-16: len=625 entropy=0.5 10 s/step"]  # (10 x 1000 + 6 x 1) / 16 = 625.4
+    assert w.summary() == "watch run: stopped after 1 refresh(es); steps 1-16; 0 alert(s)"
+
+    def interrupted_at_the_steps(line: str) -> None:
+        raise KeyboardInterrupt
+
+    w2 = Watcher(PolyTrace(tmp_path / "wh2"), log.parent)
+    with pytest.raises(KeyboardInterrupt):
+        w2.poll(interrupted_at_the_steps)
+    assert w2.summary() == "watch run: stopped after 1 refresh(es); no steps; 0 alert(s)"
+
+
+def test_a_signal_during_a_held_line_waits_until_the_line_is_counted() -> None:
+    from analyses.cli.watch import _SignalGate, _Stopped
+
+    stopping = threading.Event()
+    gate = _SignalGate(stopping)
+    done: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with gate.hold():
+            gate.on_signal(signal.SIGINT, None)  # as if Ctrl-C arrived right after the print
+            done.append("counted")
+    assert done == ["counted"] and stopping.is_set()
+    with pytest.raises(_Stopped):
+        gate.on_signal(signal.SIGTERM, None)  # outside hold(): at once
+
+
 def test_watch_loop_stops_when_told(tmp_path: Path) -> None:
     log = tmp_path / "one.log"
     log.write_text(_console([100.0] * 3))

@@ -6,6 +6,8 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
@@ -22,6 +24,36 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 class _Stopped(Exception):
     """SIGTERM: stop as Ctrl-C does."""
+
+
+class _SignalGate:
+    """Ctrl-C and SIGTERM stop the watcher wherever they land (an interrupted ingest publishes
+    nothing), except inside :meth:`hold`: there a line is printed and counted for the summary, and a
+    signal waits until both are done, so the summary never names a step no line showed."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self.stopping = stopping
+        self.held = 0
+        self.pending: type[BaseException] | None = None
+
+    def on_signal(self, sig: int, _frame: FrameType | None) -> None:
+        self.stopping.set()
+        exc = KeyboardInterrupt if sig == signal.SIGINT else _Stopped
+        if self.held:
+            self.pending = exc
+            return
+        raise exc
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        self.held += 1
+        try:
+            yield
+        finally:
+            self.held -= 1
+            if not self.held and self.pending is not None:
+                exc, self.pending = self.pending, None
+                raise exc
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -51,16 +83,12 @@ def _run(args: argparse.Namespace) -> int:
           flush=True)
     stop = threading.Event()
     stopping = threading.Event()  # Ctrl-C or SIGTERM arrived: whatever it interrupted is the stop
-
-    def on_signal(sig: int, _frame: FrameType | None) -> None:
-        stopping.set()
-        raise KeyboardInterrupt if sig == signal.SIGINT else _Stopped
-
+    gate = _SignalGate(stopping)
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+    previous = {s: signal.signal(s, gate.on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
     try:
         watch(w, interval, stop, lambda line: print(line, flush=True),
-              lambda line: print(f"polytrace watch: {line}", file=sys.stderr, flush=True))
+              lambda line: print(f"polytrace watch: {line}", file=sys.stderr, flush=True), gate.hold)
     except (KeyboardInterrupt, _Stopped):
         # an ingest interrupted midway published nothing (its staging is dropped): the previous version stays
         pass

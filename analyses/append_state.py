@@ -34,15 +34,16 @@ def ends_with_newline(path: Path, size: int) -> bool:
         return fh.read(1) == b"\n"
 
 
-def file_state(path: Path, fr: Any, before: os.stat_result, reader: Any) -> dict | None:
+def file_state(path: Path, fr: Any, before: os.stat_result, reader: Any, data: bytes | None = None) -> dict | None:
     """The state of a file just read whole by the ingest (``fr``: its FileReport, ``before``: its
-    stat before the read, ``reader``: the reader, None when no reader took it); None when the file
-    changed while it was read (the next refresh reads it whole again)."""
+    stat before the read, ``reader``: the reader, None when no reader took it; ``data``: its bytes
+    when they were read whole at ``before``); None when the file changed while it was read (the
+    next refresh reads it whole again)."""
     try:
         after = path.stat()
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
             return None
-        return read_state(path, fr, before.st_size, reader)
+        return read_state(path, fr, before.st_size, reader, data)
     except OSError:
         return None
 
@@ -93,14 +94,20 @@ def partial_line(path: Path, ctx: Any, reader: Any, size: int, n_lines: int) -> 
     return out
 
 
-def read_state(path: Path, fr: Any, end: int, reader: Any) -> dict:
+def read_state(path: Path, fr: Any, end: int, reader: Any, data: bytes | None = None) -> dict:
     """The state of ``path`` read up to byte ``end`` (its status and counts are ``fr``'s; the
-    caller adds ``sha256`` and ``sha_state`` once the digest is known)."""
+    caller adds ``sha256`` and ``sha_state`` once the digest is known; ``data``: its ``end`` bytes,
+    when the caller has them, instead of reading the file again)."""
+    if data is not None and len(data) == end:
+        tail = hashlib.sha256(data[max(0, end - TAIL_BYTES):]).hexdigest()
+        newline, gz = end == 0 or data[-1:] == b"\n", data[:2] == b"\x1f\x8b"
+    else:
+        tail, newline, gz = tail_digest(path, end), ends_with_newline(path, end), end > 0 and is_gzip(path)
     return {
         "size": end,
-        "tail": tail_digest(path, end),
-        "newline_end": ends_with_newline(path, end),
-        "gzip": end > 0 and is_gzip(path),
+        "tail": tail,
+        "newline_end": newline,
+        "gzip": gz,
         "resumable": bool(getattr(reader, "resumable", False)),
         "format": fr.format, "status": fr.status, "error": fr.error, "lines": fr.lines, "rows_ok": fr.rows_ok,
         "rows_rejected": fr.rows_rejected, "rows_skipped": fr.rows_skipped, "rows_out": fr.rows_out,

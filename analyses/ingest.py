@@ -230,7 +230,7 @@ def _dedupe_step_metrics(staging: RunStaging, paths: list[str], repeated: list[s
     without repeats is left alone (and not re-read). In DuckDB over the staged parts, in bounded
     memory (a fuzzed gzip of 2.5 M repeated metric rows took 0.9 GB sorted in Polars), as two hash
     aggregates and no sort of the rows: per file and key, then per key."""
-    parts = [str(p) for p in sorted(staging.table_dir("step_metrics").glob("*.parquet"))]
+    parts = [str(p) for p in staging.parts("step_metrics")]
     if not parts or (len(paths) < 2 and not repeated):
         return
     spill = staging.dir / "_spill"
@@ -284,7 +284,7 @@ def _dedupe_gpu_samples(staging: RunStaging, report: RunReport) -> None:
     """One telemetry sample once: a scrape that two files of the run both hold (a DCGM scrape saved
     as ``.prom`` and quoted in a ``.md``) has identical rows (host, gpu, ts, metric, value); the
     first file's are kept, the others' count as ``rows_superseded`` of their file."""
-    parts = sorted(staging.table_dir("gpu_samples").glob("*.parquet"))
+    parts = staging.parts("gpu_samples")
     if len({p.name.split("-", 1)[0] for p in parts}) < 2:
         return
     key = ["host", "gpu", "ts", "metric", "value"]

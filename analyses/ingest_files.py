@@ -208,6 +208,14 @@ def file_sha256(path: Path, size: int | None = None) -> str:
     return h.hexdigest()
 
 
+def bytes_sha256(data: bytes) -> str:
+    """:func:`file_sha256` of a file whose bytes are ``data`` (read whole already)."""
+    if resumable_sha256.available():
+        state = resumable_sha256.extend(None, data)
+        return f"{resumable_sha256.digest(state)}:{state}"
+    return hashlib.sha256(data).hexdigest()
+
+
 def _split_sha(value: str) -> tuple[str, str | None]:
     digest, _, state = value.partition(":")
     return digest, state or None
@@ -427,9 +435,12 @@ def finish_run_tables(staging: RunStaging, report: RunReport, manifest: RunManif
     )
     staging.replace("runs", runs)
     scan = scan or staging.scan
-    for name in ("step_metrics", "steps", "samples", "turns", "tool_calls", "rank_times", "gpu_samples",
-                 "filter_batches", "rejects"):
-        report.table_rows[name] = scan(name).select(pl.len()).collect().item()
+    names = ("step_metrics", "steps", "samples", "turns", "tool_calls", "rank_times", "gpu_samples",
+             "filter_batches", "rejects")
+    # one query for all of them (a collect each cost ~2 ms of fixed overhead, a run of small files' 20 ms)
+    counts = pl.collect_all([scan(name).select(pl.len()) for name in names])
+    for name, df in zip(names, counts, strict=True):
+        report.table_rows[name] = df.item()
 
 
 def append_info(report: RunReport, config: ConfigFacts, facts: RunFacts) -> dict:

@@ -27,15 +27,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
-from analyses.append_state import ends_with_newline, file_state
+from analyses.append_state import file_state
 from analyses.ingest_files import (
     DETECT,
     PATH_TABLES,
     FileReport,
     ProgressFn,
+    bytes_sha256,
     file_done,
     file_sha256,
     ingest_file,
@@ -43,9 +43,9 @@ from analyses.ingest_files import (
 )
 from analyses.manifest import RunManifest
 from analyses.readers import detect
-from analyses.readers.base import FileContext, FilesChunk, Reader, ReaderBase, is_gzip, read_head
+from analyses.readers.base import SNIFF_BYTES, FileContext, FilesChunk, Reader, ReaderBase
 from analyses.readers.lines import SMALL_FILE_BYTES
-from analyses.readers.typed_jsonl import FILE_COLUMN
+from analyses.readers.typed_jsonl import FILE_COLUMN, rows_per_file
 from analyses.steps import StepsAccumulator
 from analyses.warehouse import RunStaging
 
@@ -141,15 +141,25 @@ def _batchable(idx: int, path: Path, rel: str, run_id: str, manifest: RunManifes
                run_files: frozenset[Path]) -> tuple[_Pending | None, Reader | None | object]:
     """The file as a batch member, or None and its reader when detection ran (else DETECT)."""
     try:
-        before = path.stat()
-        if not 0 < before.st_size <= SMALL_FILE_BYTES or is_gzip(path) or not ends_with_newline(path, before.st_size):
+        with open(path, "rb") as fh:  # one read: a file within the sniffed head is kept whole
+            before = os.fstat(fh.fileno())
+            if not 0 < before.st_size <= SMALL_FILE_BYTES:
+                return None, DETECT
+            head = fh.read(SNIFF_BYTES)
+            if len(head) < before.st_size:
+                fh.seek(before.st_size - 1)
+                last = fh.read(1)
+            else:
+                last = head[before.st_size - 1:before.st_size]
+        if head[:2] == b"\x1f\x8b" or last != b"\n":
             return None, DETECT  # (a last line without newline: ingest_file keeps its place for an append)
-        reader = detect(path, read_head(path))
+        reader = detect(path, head.decode("utf-8", errors="replace"))
         if reader is None or type(reader).read_many is ReaderBase.read_many:
             return None, reader
     except Exception:  # noqa: BLE001 - ingest_file reads it alone and reports what is wrong with it
         return None, DETECT
-    ctx = FileContext(run_id=run_id, path=path, rel_path=rel, manifest=manifest, run_files=run_files)
+    whole = head if len(head) == before.st_size else None
+    ctx = FileContext(run_id=run_id, path=path, rel_path=rel, manifest=manifest, run_files=run_files, data=whole)
     return _Pending(idx, path, rel, reader, before, "", ctx), reader
 
 
@@ -158,7 +168,7 @@ def _read_ahead(group: list[_Pending]) -> FilesChunk | None:
     be, see :func:`_read_group`)."""
     try:  # one file too: its rows go on the part of the batches around it (one part, moved at the commit)
         for g in group:
-            g.sha256 = file_sha256(g.path, g.before.st_size)
+            g.sha256 = file_sha256(g.path, g.before.st_size) if g.ctx.data is None else bytes_sha256(g.ctx.data)
         return group[0].reader.read_many([g.ctx for g in group])  # type: ignore[attr-defined]
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
@@ -198,15 +208,15 @@ def _stage_group(group: list[_Pending], got: FilesChunk, staging: RunStaging, em
     n = len(group)
     rels = pl.Series([g.rel for g in group], dtype=pl.String)
     prefix = part or f"f{group[0].idx:05d}"
-    rows_out = np.zeros(n, dtype=np.int64)
+    rows_out = [0] * n
     tables: list[set[str]] = [set() for _ in group]
     for table, df in got.tables.items():
         if df.height == 0:
             continue
-        per = np.bincount(df.get_column(FILE_COLUMN).to_numpy(), minlength=n)
-        rows_out += per
-        for i in np.flatnonzero(per):
-            tables[i].add(table)
+        for i, k in enumerate(rows_per_file(df.get_column(FILE_COLUMN), n)):
+            if k:
+                rows_out[i] += k
+                tables[i].add(table)
         if table in PATH_TABLES:
             df = df.with_columns(path=rels.gather(df.get_column(FILE_COLUMN)))
         staging.append(table, df.drop(FILE_COLUMN), prefix)
@@ -227,11 +237,11 @@ def _stage_group(group: list[_Pending], got: FilesChunk, staging: RunStaging, em
         t = time.perf_counter() - share
         fr = FileReport(path=g.rel, format=g.reader.name, bytes=g.before.st_size, lines=got.lines[i],
                         rows_ok=got.rows_ok[i], rows_rejected=got.rows_rejected[i], rows_skipped=got.rows_skipped[i],
-                        rows_out=int(rows_out[i]), sha256=g.sha256)
+                        rows_out=rows_out[i], sha256=g.sha256)
         fr.tables = tables[i]
         fr.first_reason = first_reason[i]
         emit("file_progress", {"path": g.rel, "lines": fr.lines, "rows": fr.rows_out})
         set_status(fr, first_reason[i])
-        fr.state = file_state(g.path, fr, g.before, g.reader)
+        fr.state = file_state(g.path, fr, g.before, g.reader, g.ctx.data)
         out.append(file_done(fr, t, emit))
     return out

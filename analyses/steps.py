@@ -469,11 +469,11 @@ class StepsAccumulator:
         """Files in which some (step, metric, is_validation) may occur more than once (a step
         logged again, a name twice on one line): their staged rows need the dedupe. Exact for a
         file read in line order; a file whose rows come otherwise is listed to be safe."""
-        import numpy as np
-
         out = set(self._repeats)
         for path, parts in self._step_keys.items():
             if len(parts) > 1:
+                import numpy as np
+
                 keys = np.concatenate(parts)
                 if len(_np_unique(keys)) < len(keys):
                     out.add(path)
@@ -515,7 +515,6 @@ class StepsAccumulator:
 
     def finish(self, n_gpus: int | None = None) -> pl.DataFrame:
         """The ``steps`` rows (only when :attr:`exact`)."""
-        import numpy as np
         import polars as pl
 
         if not self.exact:
@@ -525,12 +524,17 @@ class StepsAccumulator:
         if wide.height and not wide.get_column("step").is_unique().all():  # a step re-logged in a later chunk
             cols = [c for c in wide.columns if c != "step"]
             wide = wide.group_by("step", maintain_order=True).agg([pl.col(c).drop_nulls().last() for c in cols])
-        training = _unique_steps(self._training)
-        val = _unique_steps(self._val)
-        flags = pl.DataFrame({"step": _np_unique(np.concatenate([training, val]))}, schema={"step": pl.Int64}).with_columns(
-            is_training=pl.col("step").is_in(pl.Series(training, dtype=pl.Int64).implode()),
-            is_val=pl.col("step").is_in(pl.Series(val, dtype=pl.Int64).implode()),
-        )
+        flags = pl.DataFrame(schema={"step": pl.Int64, "is_training": pl.Boolean, "is_val": pl.Boolean})
+        if self._training or self._val:  # (a run of no step metrics, workload logs alone, needs no numpy)
+            import numpy as np
+
+            training = _unique_steps(self._training)
+            val = _unique_steps(self._val)
+            flags = pl.DataFrame({"step": _np_unique(np.concatenate([training, val]))},
+                                 schema={"step": pl.Int64}).with_columns(
+                is_training=pl.col("step").is_in(pl.Series(training, dtype=pl.Int64).implode()),
+                is_val=pl.col("step").is_in(pl.Series(val, dtype=pl.Int64).implode()),
+            )
         return steps_from_wide(wide, flags, self.step_attrs(), n_gpus)
 
 

@@ -291,6 +291,7 @@ def run_lock(
 
 
 WRITES_IN_FLIGHT = 2  # staged batches waiting for the writer thread (bounds the memory they hold)
+SEALED_IN_MEMORY_BYTES = 64 << 20  # sealed parts of one batch a run's staging keeps in memory, in all
 
 
 class CommitRefused(Exception):
@@ -312,9 +313,9 @@ def write_part(df: pl.DataFrame, table: Table, path: Path) -> int:
 
 def _described(path: Path) -> bool:
     """The Parquet file carries the table's key-value metadata (:func:`analyses.schema.parquet_metadata`)."""
-    import pyarrow.parquet as pq
+    import polars as pl
 
-    return b"polytrace.table" in (pq.read_metadata(path).metadata or {})
+    return "polytrace.table" in pl.read_parquet_metadata(path)
 
 
 Check = Callable[[dict[str, Path]], list[str]]  # table -> staged file; returns problems (empty = pass)
@@ -346,6 +347,12 @@ class RunStaging:
         fcntl.flock(self._owner_fd, fcntl.LOCK_EX)
         self._counters: dict[str, int] = {}
         self._writers: dict[tuple[str, str], pq.ParquetWriter] = {}  # touched by the writer thread only between seals
+        self._held: dict[tuple[str, str], pl.DataFrame] = {}  # a part's first batch, not written yet (idem)
+        self._empty: set[Path] = set()  # compacted files of tables nothing was staged for
+        # sealed parts of one batch not written yet: table -> {part file name: rows}; written when a
+        # table's files are asked for (or past SEALED_IN_MEMORY_BYTES), never when replaced first
+        self._sealed: dict[str, dict[str, pl.DataFrame]] = {}
+        self._sealed_bytes = 0
         self._pending: dict[str, deque[Future[None]]] = {}
         self._pool: ThreadPoolExecutor | None = None
 
@@ -380,26 +387,34 @@ class RunStaging:
         return df.height
 
     def _write_batch(self, table: str, df: pl.DataFrame, prefix: str) -> None:
+        t = TABLES[table]
+        frame = conform(df, t).select(list(t.stored_columns))
+        key = (table, prefix)
+        if key not in self._writers and key not in self._held:
+            # a part's first batch waits for a second one: a part of one batch (a small file, a batch
+            # of small files) is written by Polars at its seal, without pyarrow (~0.2 s to import)
+            self._held[key] = frame
+            return
         import polars as pl
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        t = TABLES[table]
-        batch = conform(df, t).select(list(t.stored_columns)).to_arrow(compat_level=pl.CompatLevel.oldest())
         # a failed write is the warehouse's (a full disk), not the input file's: WriteFailed stops the ingest
         with writing(self.root):
-            w = self._writers.get((table, prefix))
+            w = self._writers.get(key)
             if w is None:
+                first = self._held.pop(key).to_arrow(compat_level=pl.CompatLevel.oldest())
                 d = self.table_dir(table)
                 d.mkdir(parents=True, exist_ok=True)
                 # min/max of a string column cost a third of the encoding and prune nothing here (a
                 # row group is one reader chunk: it holds that chunk's whole mix of names and paths);
                 # numbers keep theirs
-                stats = [f.name for f in batch.schema if not pa.types.is_large_string(f.type)]
-                w = pq.ParquetWriter(d / f"{prefix}-a.parquet", batch.schema.with_metadata(parquet_metadata(t)),
+                stats = [f.name for f in first.schema if not pa.types.is_large_string(f.type)]
+                w = pq.ParquetWriter(d / f"{prefix}-a.parquet", first.schema.with_metadata(parquet_metadata(t)),
                                      compression="zstd", write_statistics=stats)
-                self._writers[(table, prefix)] = w
-            w.write_table(batch)
+                self._writers[key] = w
+                w.write_table(first)
+            w.write_table(frame.to_arrow(compat_level=pl.CompatLevel.oldest()))
 
     def _drain(self, prefix: str, raise_errors: bool = True) -> None:
         q = self._pending.pop(prefix, deque())
@@ -417,7 +432,11 @@ class RunStaging:
         a failed write raises here."""
         try:
             self._drain(prefix)
+            for key in [k for k in self._held if k[1] == prefix]:  # parts of one batch: kept in memory
+                self._keep_sealed(key[0], f"{prefix}-a.parquet", self._held.pop(key))
         finally:
+            for key in [k for k in self._held if k[1] == prefix]:  # after a failed write
+                del self._held[key]
             with writing(self.root):
                 for key in [k for k in self._writers if k[1] == prefix]:
                     self._writers.pop(key).close()
@@ -425,22 +444,58 @@ class RunStaging:
     def discard(self, prefix: str) -> None:
         """Drop every part staged under ``prefix`` (a file that failed midway)."""
         self._drain(prefix, raise_errors=False)
+        for key in [k for k in self._held if k[1] == prefix]:
+            del self._held[key]
         self.seal(prefix)
+        for table in list(self._sealed):
+            for name in [n for n in self._sealed[table] if n.startswith(f"{prefix}-")]:
+                self._drop_sealed(table, name)
         for p in self.dir.glob(f"*/{prefix}-*.parquet"):
             p.unlink()
+
+    def _keep_sealed(self, table: str, name: str, df: pl.DataFrame) -> None:
+        """A sealed part: kept in memory within SEALED_IN_MEMORY_BYTES (a table the run's end
+        replaces, as ``samples`` when their truncation is inferred, is then never written twice),
+        else written now."""
+        size = df.estimated_size()
+        if self._sealed_bytes + size > SEALED_IN_MEMORY_BYTES:
+            with writing(self.root):
+                write_part(df, TABLES[table], self.table_dir(table) / name)
+            return
+        self._sealed.setdefault(table, {})[name] = df
+        self._sealed_bytes += size
+
+    def _drop_sealed(self, table: str, name: str) -> pl.DataFrame:
+        df = self._sealed[table].pop(name)
+        self._sealed_bytes -= df.estimated_size()
+        if not self._sealed[table]:
+            del self._sealed[table]
+        return df
+
+    def parts(self, table: str) -> list[Path]:
+        """The part files staged for ``table``, in order (its sealed parts in memory written first)."""
+        with writing(self.root):
+            for name in sorted(self._sealed.get(table, {})):
+                write_part(self._drop_sealed(table, name), TABLES[table], self.table_dir(table) / name)
+        return sorted(self.table_dir(table).glob("*.parquet"))
 
     def scan(self, table: str) -> pl.LazyFrame:
         """What is staged so far for ``table`` (empty frame with the contract schema if nothing)."""
         import polars as pl
 
         t = TABLES[table]
-        files = sorted(self.table_dir(table).glob("*.parquet"))
+        mem = self._sealed.get(table, {})
+        if mem and not any(self.table_dir(table).glob("*.parquet")):  # the same rows a scan of them written gives
+            return pl.concat([mem[name].lazy() for name in sorted(mem)])
+        files = self.parts(table)
         if not files:
             return pl.LazyFrame(schema=t.stored_columns)
         return pl.scan_parquet(files)
 
     def replace(self, table: str, df: pl.DataFrame) -> int:
         """Drop what is staged for ``table`` and stage ``df`` instead."""
+        for name in list(self._sealed.get(table, {})):
+            self._drop_sealed(table, name)
         shutil.rmtree(self.table_dir(table), ignore_errors=True)
         self._counters.pop(table, None)
         return self.add(table, df)
@@ -448,6 +503,8 @@ class RunStaging:
     def replace_with_file(self, table: str, part: Path) -> None:
         """Drop what is staged for ``table`` and stage the Parquet file ``part`` instead (moved, not
         copied; written by a query that already gives the table's columns)."""
+        for name in list(self._sealed.get(table, {})):
+            self._drop_sealed(table, name)
         shutil.rmtree(self.table_dir(table), ignore_errors=True)
         self._counters.pop(table, None)
         with writing(self.root):
@@ -460,9 +517,10 @@ class RunStaging:
 
         out = self.dir / "_final" / f"{name}.parquet"
         out.parent.mkdir(exist_ok=True)
-        parts = sorted(self.table_dir(name).glob("*.parquet"))
+        parts = self.parts(name)
         if not parts:
             write_part(t.empty(), t, out)
+            self._empty.add(out)  # its rows are known: the publish need not count them
         elif len(parts) == 1 and _described(parts[0]):
             os.replace(parts[0], out)
         else:  # several parts, or one a query wrote without the table's metadata
@@ -538,9 +596,13 @@ class RunStaging:
         reuse = reuse or {}
         try:
             with writing(self.root):
+                # every table's rows in one query (a table nothing was staged for has none)
+                counted = [name for name, src in final.items() if src not in self._empty]
+                counts = dict(zip(counted, pl.collect_all([pl.scan_parquet(final[n]).select(pl.len()) for n in counted]),
+                                  strict=True))
                 for name, src in final.items():
                     kept = list(reuse.get(name, []))
-                    rows = pl.scan_parquet(src).select(pl.len()).collect().item()
+                    rows = counts[name].item() if name in counts else 0
                     if kept and rows == 0:  # an append that gave the table nothing adds no segment
                         tables[name] = kept
                         continue
@@ -596,6 +658,9 @@ class RunStaging:
             except OSError:  # a writer that failed (a full disk) fails again on close; the area goes anyway
                 pass
         self._writers.clear()
+        self._held.clear()
+        self._sealed.clear()
+        self._sealed_bytes = 0
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None

@@ -1,7 +1,7 @@
 """Each ``polytrace`` command imports only what it uses (issue 29, target 1): in a fresh process,
 ``--version`` and ``--help`` load neither DuckDB, Polars nor pyarrow, and ``query`` and ``runs``
 neither scipy, plotly, dagster, the fits nor the export formats, nor Polars, pyarrow or numpy
-(DuckDB prints their results)."""
+(DuckDB prints their results); ``ingest`` of small step files loads neither pyarrow nor numpy."""
 
 from __future__ import annotations
 
@@ -80,6 +80,17 @@ def test_runs_loads_no_fit_report_or_reader(demo_wh: Path) -> None:
     assert {"duckdb", "analyses.catalog"} <= mods
     # base tables only, their rows as plain values: no view group, no Arrow hand-over to Polars
     assert _under(mods, (*HEAVY, "analyses.views", "polars", "pyarrow", "numpy")) == []
+
+
+def test_ingest_of_small_step_files_loads_neither_pyarrow_nor_numpy(tmp_path: Path) -> None:
+    """Issue 29, target 3: a run of small PolyTrace step files is read, staged and published with
+    Polars and DuckDB alone (pyarrow and numpy cost ~0.2-0.3 s of imports, a third of it)."""
+    wh = tmp_path / "wh"
+    _printed, mods = _loaded("ingest", str(LOGS / "polytrace-math-dapo"), "--warehouse", str(wh), "-q")
+    assert {"duckdb", "polars", "analyses.ingest", "analyses.readers.polytrace_v2"} <= mods
+    assert (wh / "manifests" / "polytrace-math-dapo.json").is_file()
+    assert _under(mods, ("pyarrow", "numpy", "scipy", "plotly", "dagster", "analyses.fit", "analyses.export",
+                         "analyses.report")) == []
 
 
 def test_a_command_gets_its_own_arguments_only() -> None:

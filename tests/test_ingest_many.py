@@ -107,7 +107,8 @@ def test_batches_equal_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(cls, "read_many", spy)
     batched = ingest_run(run, tmp_path / "batched", run_id="r")
     assert sum(calls) >= 5, calls  # most files were read in batches
-    assert "MultiturnWorkloadReader" in batched_by
+    # every reader batched (a batch that fails falls back to reading file by file: same rows, only slower)
+    assert {cls.__name__ for cls in READERS} <= batched_by
     for cls in READERS:
         monkeypatch.setattr(cls, "read_many", ReaderBase.read_many)
     a = _same_as_read_alone(batched, run, tmp_path)

@@ -33,6 +33,9 @@ class FileContext:
     # every file this ingest reads for the run (absolute paths): what a reader may compare the
     # file with; a file beside it on disk that is not one of them is not the run's business
     run_files: frozenset[Path] = frozenset()
+    # the file's bytes when the ingest has read it whole already (a small file, read once for its
+    # detection, hash and lines): a reader of several files at once uses them instead of opening it
+    data: bytes | None = field(default=None, repr=False)
 
 
 @dataclass

@@ -11,11 +11,14 @@ brackets (sparse).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
 import polars as pl
 
 from analyses.readers import limits
+
+if TYPE_CHECKING:  # numpy is imported where it is used: sniffing and the fast paths never need it
+    import numpy as np
 
 _Q, _BS, _LB, _RB = 34, 92, 123, 125
 
@@ -49,6 +52,8 @@ class Structure:
 
     def depth_before(self, pos: np.ndarray, start_depth: int = 0) -> np.ndarray:
         """Bracket depth in effect at each position (after the last bracket before it)."""
+        import numpy as np
+
         if not self.brackets.size:
             return np.full(np.shape(pos), start_depth, dtype=np.int64)
         i = np.searchsorted(self.brackets, pos) - 1
@@ -57,6 +62,8 @@ class Structure:
 
 def structure(buf: np.ndarray, state: ScanState = ScanState()) -> Structure:
     """The structure of ``buf`` (uint8) scanned from ``state``."""
+    import numpy as np
+
     quote = buf == _Q
     if state.escape and buf.size:
         quote[0] = False  # escaped by the backslash run that ended the previous block
@@ -96,6 +103,8 @@ def structure(buf: np.ndarray, state: ScanState = ScanState()) -> Structure:
 
 def max_depth(data: bytes) -> int:
     """Deepest bracket nesting of one JSON text (strings excluded)."""
+    import numpy as np
+
     st = structure(np.frombuffer(data, dtype=np.uint8))
     return int(st.depth.max()) if st.depth.size else 0
 
@@ -103,6 +112,8 @@ def max_depth(data: bytes) -> int:
 def document_shape(data: bytes) -> tuple[int, int]:
     """(deepest nesting, values) of one JSON text, values counted as the separators outside
     strings plus one: what a parser will hold, known before any parser sees the text."""
+    import numpy as np
+
     buf = np.frombuffer(data, dtype=np.uint8)
     st = structure(buf)
     commas = int(np.count_nonzero((buf == 44) & st.outside))
@@ -115,6 +126,8 @@ def too_complex(lines: pl.DataFrame, depth_limit: int, values_limit: int, col: s
 
     Cheap upper bounds first (the count of ``{`` and ``[``, of commas, strings included); only
     the rare lines over them are scanned exactly."""
+    import numpy as np
+
     text = lines.get_column(col)
     opens = text.str.count_matches(r"[\[{]").fill_null(0).to_numpy()
     commas = text.str.count_matches(",", literal=True).fill_null(0).to_numpy()

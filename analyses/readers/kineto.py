@@ -40,8 +40,8 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import polars as pl
 
 from analyses.kineto_breakdown import has_sub_us, hta_round, step_rows
@@ -49,6 +49,9 @@ from analyses.readers import limits
 from analyses.readers.base import Chunk, FileContext, ReaderBase, UnreadableFile, rejects_frame
 from analyses.readers.json_scan import ScanState, Structure, structure
 from analyses.trace.model import GPU_SCHEMA, OPS_SCHEMA, RankTrace, build, profiler_steps
+
+if TYPE_CHECKING:  # numpy is imported where it is used: detection never needs it
+    import numpy as np
 
 READ_BYTES = 4 << 20  # compressed bytes per read
 FEED_BYTES = 64 << 10  # compressed bytes per decompress call: corrupt data loses only its slice
@@ -139,6 +142,8 @@ def _ndjson(seg: np.ndarray, st: Structure, offset: int, start_depth: int) -> np
     """``seg`` (bytes ``offset..`` of the scanned buffer) as NDJSON: the commas between events
     (depth 0, outside strings) become line breaks; raw newlines, which cannot occur inside JSON
     strings, are whitespace and become spaces."""
+    import numpy as np
+
     seg = seg.copy()
     commas = np.flatnonzero((seg == _COMMA) & st.outside[offset : offset + seg.size])
     seps = commas[st.depth_before(commas + offset, start_depth) == 0]
@@ -149,6 +154,8 @@ def _ndjson(seg: np.ndarray, st: Structure, offset: int, start_depth: int) -> np
 
 def _count_records(block: np.ndarray) -> int:
     """Non-blank lines of an NDJSON block."""
+    import numpy as np
+
     if block.size == 0:
         return 0
     nonblank = ~((block == 32) | (block == 9) | (block == 10) | (block == 13))
@@ -195,6 +202,7 @@ class _Split:
         return self._events(data)
 
     def _find_array_start(self) -> int | None:
+        import numpy as np
         buf = bytes(self.head)
         keys = [m.start() for m in re.finditer(re.escape(_TRACE_EVENTS), buf)]
         if not keys:
@@ -213,6 +221,7 @@ class _Split:
         return None
 
     def _events(self, data: bytes) -> list[tuple[int, bytes]]:
+        import numpy as np
         if not data:
             return []
         arr = np.frombuffer(data, dtype=np.uint8)
@@ -250,6 +259,8 @@ class _Split:
 
     def _drop_long(self, block: np.ndarray, first_no: int) -> bytes:
         """``block`` without its events longer than the limit (rejected; rare path)."""
+        import numpy as np
+
         nl = np.flatnonzero(block == 10)
         lens = np.diff(np.concatenate(([-1], nl, [block.size]))) - 1
         if not (lens > self.max_event).any():

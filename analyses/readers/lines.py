@@ -44,7 +44,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -52,7 +52,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import numpy as np
 import polars as pl
 
 from analyses.readers import limits
@@ -229,21 +228,23 @@ def _window_batches(win: LineWindow, batch_lines: int, contains: str | None, bat
     yield from _split_batches(df, win.first_line_no - 1 + scan.n_lines, rows, contains, done=win.first_line_no - 1)
 
 
-def small_files_lines(paths: list[Path], max_bytes: int = 64 << 20) -> tuple[pl.DataFrame, list[int]] | None:
+def small_files_lines(paths: list[Path], max_bytes: int = 64 << 20,
+                      given: Sequence[bytes | None] | None = None) -> tuple[pl.DataFrame, list[int]] | None:
     """The lines of several small plain files as one frame ``(_file, line_no, line)`` (``_file``:
     the index into ``paths``; ``line_no`` numbered per file, as :func:`iter_line_batches` numbers
     them), and each file's line count; None unless every file is one whose lines it would give in
     one batch as they are (plain, clean UTF-8 text of at most ``_SMALL_FILE_BYTES``, no NUL, no
     over-long line, ending with a newline) and together they hold at most ``max_bytes``: the caller
     reads them one by one then. One split of all their bytes instead of one per file: a step file
-    of 11 KB cost ~1.5 ms to read alone, most of it fixed."""
+    of 11 KB cost ~1.5 ms to read alone, most of it fixed. ``given``: each file's bytes when the
+    caller read it whole already (else None: it is read here)."""
     lim = limits.current()
     datas: list[bytes] = []
     counts: list[int] = []
     total = 0
-    for path in paths:
+    for i, path in enumerate(paths):
         try:
-            small = _small_plain(Path(path), lim.max_line_bytes)
+            small = _small_plain(Path(path), lim.max_line_bytes, None if given is None else given[i])
         except UnreadableFile:
             return None
         if small is None or not small[0].endswith(b"\n") or small[1].n_lines > DEFAULT_BATCH_LINES:
@@ -258,10 +259,12 @@ def small_files_lines(paths: list[Path], max_bytes: int = 64 << 20) -> tuple[pl.
     lines = pl.scan_lines(b"".join(datas), name="line").collect()
     if lines.height != sum(counts):
         return None
-    file_idx = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    line_no = np.arange(lines.height, dtype=np.int64) - np.repeat(starts, counts) + 1
-    return lines.select(pl.Series("_file", file_idx), pl.Series("line_no", line_no), "line"), counts
+    # each file's index over its lines (every file has one: it ends with a newline), and the
+    # lines numbered from 1 within each file
+    file_idx = (pl.DataFrame({"_file": range(len(counts)), "n": counts}, schema={"_file": pl.Int64, "n": pl.Int64})
+                .select(pl.col("_file").repeat_by("n")).explode("_file").get_column("_file"))
+    return lines.select(file_idx, "line").select(
+        "_file", pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("_file").alias("line_no"), "line"), counts
 
 
 def stream_line_frames(
@@ -328,18 +331,20 @@ class _PlainScan:
         return self.valid_utf8 and not self.has_nul and self.longest <= self.max_line_bytes
 
 
-def _small_plain(path: Path, max_line_bytes: int) -> tuple[bytes, _PlainScan] | None:
+def _small_plain(path: Path, max_line_bytes: int, data: bytes | None = None) -> tuple[bytes, _PlainScan] | None:
     """A plain text file of at most ``_SMALL_FILE_BYTES`` that the native scanner may split:
     its bytes and their scan (what :func:`iter_line_batches` checks first, from one read);
     None for any other file (gzip, larger, not clean: the usual paths decide), or raises
-    :class:`UnreadableFile` as they would for a file that is not text."""
-    try:
-        if path.stat().st_size > _SMALL_FILE_BYTES:
-            return None
-        with open(path, "rb") as fh:
-            data = fh.read(_SMALL_FILE_BYTES + 1)
-    except OSError:
-        return None  # the usual paths report it
+    :class:`UnreadableFile` as they would for a file that is not text. ``data``: the file's bytes,
+    read whole by the caller (else they are read here)."""
+    if data is None:
+        try:
+            if path.stat().st_size > _SMALL_FILE_BYTES:
+                return None
+            with open(path, "rb") as fh:
+                data = fh.read(_SMALL_FILE_BYTES + 1)
+        except OSError:
+            return None  # the usual paths report it
     if len(data) > _SMALL_FILE_BYTES or data[:2] == b"\x1f\x8b":
         return None
     _check_text(data[:_TEXT_CHECK_BYTES], path)
@@ -448,19 +453,44 @@ def _scan_blocks(blocks: Iterable[bytes | bytearray], max_line_bytes: int) -> _P
     n_nl, longest, run, has_nul = 0, 0, 0, False
     utf8 = Utf8Check()
     for block in blocks:
-        nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
-        if nl.size:
-            longest = max(longest, run + int(nl[0]))
-            if nl.size > 1:
-                longest = max(longest, int(np.diff(nl).max()) - 1)
-            run = len(block) - int(nl[-1]) - 1
+        count, first, last, inner = (_newlines_small(block) if len(block) <= _SMALL_SCAN_BYTES
+                                     else _newlines_numpy(block))
+        if count:
+            longest = max(longest, run + first, inner)
+            run = len(block) - last - 1
         else:
             run += len(block)
         longest = max(longest, run)
-        n_nl += int(nl.size)
+        n_nl += count
         has_nul = has_nul or b"\x00" in block
         utf8.feed(block)
     return _PlainScan(n_nl + (1 if run else 0), longest, has_nul, utf8.valid(), max_line_bytes)
+
+
+# a block this small is scanned with bytes methods: numpy (~0.1 s to import, most of a small
+# ingest's reading) only for the blocks of large files, where it is faster
+_SMALL_SCAN_BYTES = 1 << 20
+
+
+def _newlines_small(block: bytes | bytearray) -> tuple[int, int, int, int]:
+    """The block's newline count, first and last newline offsets and longest line between two of
+    its newlines (-1 when none), as :func:`_newlines_numpy` gives them."""
+    count = block.count(b"\n")
+    if not count:
+        return 0, -1, -1, -1
+    first, last = block.find(b"\n"), block.rfind(b"\n")
+    inner = max(map(len, bytes(block[first + 1:last]).split(b"\n"))) if count > 1 else -1
+    return count, first, last, inner
+
+
+def _newlines_numpy(block: bytes | bytearray) -> tuple[int, int, int, int]:
+    import numpy as np
+
+    nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+    if not nl.size:
+        return 0, -1, -1, -1
+    inner = int(np.diff(nl).max()) - 1 if nl.size > 1 else -1
+    return int(nl.size), int(nl[0]), int(nl[-1]), inner
 
 
 class Utf8Check:
@@ -523,7 +553,8 @@ def _utf8_valid(data: bytes | memoryview) -> bool:
         except UnicodeDecodeError:
             return False
         return True
-    import pyarrow as pa  # on first use: most commands never validate a plain file
+    import numpy as np  # on first use: most commands never validate a plain file
+    import pyarrow as pa
 
     offsets = pa.py_buffer(np.array([0, len(data)], dtype=np.int64).tobytes())
     value = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])

@@ -28,7 +28,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from analyses.readers import limits
@@ -269,6 +268,8 @@ def _value_end(text: str, start: int, window: int = 1 << 16) -> int:
     """End (exclusive, in characters) of the JSON container starting at ``text[start]``, found by
     its bracket structure, scanned window by window (so each skipped value costs its own length);
     raises ValueError when it never closes."""
+    import numpy as np
+
     state, at = ScanState(), start
     while at < len(text):
         data = text[at : at + window].encode("utf-8")

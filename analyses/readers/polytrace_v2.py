@@ -146,7 +146,7 @@ class PackedLengthsReader(ReaderBase):
             yield dec.chunk({"samples": self._samples(dec, ctx, ctx.manifest.max_response_length)})
 
     def read_many(self, ctxs: list[FileContext]) -> FilesChunk | None:
-        got = decode_files([c.path for c in ctxs], PACKED_FIELDS)
+        got = decode_files([c.path for c in ctxs], PACKED_FIELDS, [c.data for c in ctxs])
         if got is None:
             return None
         dec, counts = got
@@ -222,7 +222,7 @@ class RewardTimingsReader(ReaderBase):
             yield dec.chunk({"rank_times": self._rows(dec)})
 
     def read_many(self, ctxs: list[FileContext]) -> FilesChunk | None:
-        got = decode_files([c.path for c in ctxs], REWARD_FIELDS)
+        got = decode_files([c.path for c in ctxs], REWARD_FIELDS, [c.data for c in ctxs])
         if got is None:
             return None
         dec, counts = got
@@ -309,7 +309,7 @@ class MultiturnWorkloadReader(ReaderBase):
             yield dec.chunk(tables)
 
     def read_many(self, ctxs: list[FileContext]) -> FilesChunk | None:
-        got = decode_files([c.path for c in ctxs], MULTITURN_FIELDS)
+        got = decode_files([c.path for c in ctxs], MULTITURN_FIELDS, [c.data for c in ctxs])
         if got is None:
             return None
         dec, counts = got

@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from analyses.readers import limits
 from analyses.readers.base import Chunk, FilesChunk, rejects_frame
+from analyses.readers.duck_polars import ARROW_FROM_BYTES, ArrowStream, to_polars
 from analyses.readers.flat_metrics import drop_thread_connection, thread_connection
 from analyses.readers.json_scan import FLATTEN_BUDGET_BYTES, max_depth, split_too_deep
 from analyses.readers.lines import iter_line_batches
@@ -366,9 +365,8 @@ def fast_decode_frame(src: pl.DataFrame, fields: Sequence[Field], lines: int, sk
     if src.height > _PARAM_LINES:
         # a large batch: the textual checks run on Polars' threads while DuckDB decodes (safe:
         # the values guard above is passed, and DuckDB refuses nesting past its own limit)
-        lines_arrow = src.select("line").to_arrow(compat_level=pl.CompatLevel.newest())  # before: it needs the pool
         pending = src.lazy().select(plan.line_checks).collect(background=True)
-        values = _transform(src, plan.spec, lines_arrow)
+        values = _transform(src, plan.spec, register=True)
         line_ok = pending.fetch_blocking().row(0)
     else:
         line_ok = src.select(plan.line_checks).row(0)
@@ -408,19 +406,21 @@ def _decoded(src: pl.DataFrame, values: pl.DataFrame, fields: Sequence[Field], l
 _PARAM_LINES = 64
 
 
-def _transform(src: pl.DataFrame, spec: str, lines_arrow: pa.Table | None = None) -> pl.DataFrame | None:
+def _transform(src: pl.DataFrame, spec: str, register: bool = False) -> pl.DataFrame | None:
     """``json_transform(line, spec)`` of each line of ``src``, unnested, in order; None when a
-    line does not parse (the validating path says which). ``lines_arrow``: ``src``'s ``line``
-    column as Arrow, registered instead of ``src``."""
+    line does not parse (the validating path says which). ``register``: hand ``src``'s lines over
+    as a registered frame, whatever their number. Without pyarrow unless the batch is large
+    (:mod:`analyses.readers.duck_polars`)."""
     con = thread_connection()
+    large = src.height > _PARAM_LINES and (src.get_column("line").str.len_bytes().sum() or 0) >= ARROW_FROM_BYTES
     try:
-        if lines_arrow is None and src.height <= _PARAM_LINES:
+        if not register and src.height <= _PARAM_LINES:
             # unnest of one list keeps its order
             sql = f"SELECT json_transform(line, '{spec}') AS _v FROM (SELECT unnest(?::VARCHAR[]) AS line)"
-            out = con.sql(sql, params=[src.get_column("line").to_list()]).to_arrow_table()
+            df = to_polars(con.sql(sql, params=[src.get_column("line").to_list()]), large)
         else:
-            con.register("src", src.select("line") if lines_arrow is None else lines_arrow)
-            out = con.sql(f"SELECT json_transform(line, '{spec}') AS _v FROM src").to_arrow_table()
+            con.register("src", ArrowStream(src.select("line")))
+            df = to_polars(con.sql(f"SELECT json_transform(line, '{spec}') AS _v FROM src"), large)
             con.unregister("src")
     except duckdb.Error:
         drop_thread_connection()
@@ -428,8 +428,6 @@ def _transform(src: pl.DataFrame, spec: str, lines_arrow: pa.Table | None = None
     except BaseException:
         drop_thread_connection()
         raise
-    df = pl.from_arrow(out)
-    assert isinstance(df, pl.DataFrame)
     return df.unnest("_v")
 
 
@@ -597,18 +595,20 @@ def decode_jsonl(path: Path, fields: Sequence[Field], batch_lines: int = BATCH_L
 FILE_COLUMN = "_file"  # of rows decoded from several files at once: the index of their file
 
 
-def decode_files(paths: Sequence[Path], fields: Sequence[Field]) -> tuple[Decoded, list[int]] | None:
+def decode_files(paths: Sequence[Path], fields: Sequence[Field],
+                 datas: Sequence[bytes | None] | None = None) -> tuple[Decoded, list[int]] | None:
     """Several small files decoded as one batch (the lines of all of them, with ``_file``: see
     :func:`analyses.readers.lines.small_files_lines`), and each file's line count; None unless the
     fast path proves every line of every file good (no blank line, nothing to reject for its
     JSON): the caller decodes them one by one then, which gives each bad line its reason. The
     same rows as :func:`decode_jsonl` of each file: every line of a batch the fast path passes is
-    decoded on its own. 315 step files of 11 KB: ~15 collects each before, a few in all now."""
+    decoded on its own. 315 step files of 11 KB: ~15 collects each before, a few in all now.
+    ``datas``: each file's bytes when the caller read it whole already (else None)."""
     from analyses.readers.lines import small_files_lines
 
     if any(f.key == FILE_COLUMN for f in fields):
         return None
-    got = small_files_lines(list(paths))
+    got = small_files_lines(list(paths), given=datas)
     if got is None:
         return None
     lines, counts = got
@@ -626,11 +626,18 @@ def files_chunk(dec: Decoded, counts: list[int], tables: dict[str, pl.DataFrame]
     files of ``counts`` lines each."""
     n = len(counts)
 
-    def per_file(df: pl.DataFrame) -> list[int]:
-        return np.bincount(df.get_column(FILE_COLUMN).to_numpy(), minlength=n).tolist() if df.height else [0] * n
+    return FilesChunk(tables=tables, rejects=dec.rejects, lines=list(counts),
+                      rows_ok=rows_per_file(dec.ok.get_column(FILE_COLUMN), n),
+                      rows_rejected=rows_per_file(dec.rejects.get_column(FILE_COLUMN), n), rows_skipped=[0] * n)
 
-    return FilesChunk(tables=tables, rejects=dec.rejects, lines=list(counts), rows_ok=per_file(dec.ok),
-                      rows_rejected=per_file(dec.rejects), rows_skipped=[0] * n)
+
+def rows_per_file(files: pl.Series, n: int) -> list[int]:
+    """How many of the rows whose file indexes are ``files`` each of ``n`` files has."""
+    out = [0] * n
+    if files.len():
+        for i, k in files.value_counts().iter_rows():
+            out[i] = k
+    return out
 
 
 class FileKeys:
@@ -692,7 +699,7 @@ _last_objects: list[tuple[tuple[str, int, int], list[dict]] | None] = [None]
 
 def _first_json_objects(head: str, n: int, depth_limit: int) -> list[dict]:
     out: list[dict] = []
-    for line in head.lstrip("\ufeff").splitlines():  # a line cut by the head limit fails to parse
+    for line in _head_lines(head.lstrip("\ufeff")):  # a line cut by the head limit fails to parse
         if not line.strip():
             continue
         try:
@@ -706,3 +713,22 @@ def _first_json_objects(head: str, n: int, depth_limit: int) -> list[dict]:
         if len(out) >= n:
             break
     return out
+
+
+def _head_lines(text: str, window: int = 8192) -> Iterator[str]:
+    """``text.splitlines()``, split a window at a time: sniffing wants the first few lines of a
+    64 KB head, and splitting all of it was a third of sniffing a small step file. A line cut by
+    a window's end is split again from its start with the next; a ``\r\n`` cut between two
+    windows gives one more blank line (which sniffing passes over)."""
+    start = 0
+    while start < len(text):
+        if start + window >= len(text):
+            yield from text[start:].splitlines()
+            return
+        parts = text[start:start + window].splitlines(keepends=True)
+        if len(parts) < 2:  # one line longer than the window: a larger one
+            window *= 2
+            continue
+        for part in parts[:-1]:
+            yield part.splitlines()[0]
+            start += len(part)

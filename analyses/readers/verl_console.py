@@ -58,14 +58,17 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import polars as pl
 
 from analyses.readers import limits
 from analyses.readers.base import Chunk, FileContext, ReaderBase, rejects_frame
 from analyses.readers.lines import iter_line_batches
 from analyses.steps import canonical_metric, is_validation_metric
+
+if TYPE_CHECKING:  # numpy is imported where it is used: detection never needs it
+    import numpy as np
 
 CONSOLE_CUT_CHARS = 4096
 # step lines per batch (only prefiltered lines are batched): ~10 MB of typical step lines, small
@@ -145,6 +148,8 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
     ``n_lines`` is the number of physical lines the batch covers when ``batch`` holds only the
     prefiltered lines (the others count as skipped); by default, ``batch.height``.
     """
+    import numpy as np
+
     n_lines = batch.height if n_lines is None else n_lines
     lines = _step_lines(batch, cut_chars)
     n_skipped = n_lines - lines.height
@@ -276,6 +281,8 @@ def _pair_rows(
     The split lists are flattened as they are (no copy) and the per-line columns repeated by
     index, instead of exploding a frame; a cut line's partial last pair is dropped by position.
     """
+    import numpy as np
+
     line_idx = pl.Series(np.repeat(np.arange(len(n_parts), dtype=np.uint32), n_parts))
     pos = pl.int_ranges(0, pl.Series(n_parts), dtype=pl.Int64, eager=True).explode()
     # a line without template starts at no_key: every position past it clips to "no key"
@@ -410,6 +417,8 @@ def _templates(
     "no key" row. Which line uses which template is only a guess; :func:`_parse_rows` checks every
     pair against its template key.
     """
+    import numpy as np
+
     whole = ~truncated
     sizes, counts = np.unique(n_parts[whole], return_counts=True)
     chosen = sizes[np.argsort(-counts, kind="stable")[:MAX_TEMPLATES]]

@@ -32,11 +32,14 @@ Timestamps are the trace's microseconds (HTA's rounding already applied by the r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
 import polars as pl
 
 from analyses.trace.stages import stage_at, stage_of_name, stage_timeline
+
+if TYPE_CHECKING:  # numpy is imported where it is used: detection never needs it
+    import numpy as np
 
 STEP_RE = r"^ProfilerStep\s*#\s*(\d+)$"
 # HTA's KernelType names, by HTA's get_kernel_type rules (hta/utils/utils.py)
@@ -92,6 +95,8 @@ def profiler_steps(ops: pl.DataFrame) -> pl.DataFrame:
 def step_at(frame: pl.DataFrame, at: str, steps: pl.DataFrame, out: str = "step") -> pl.DataFrame:
     """``frame`` with column ``out``: the step whose window ``[ts, ts + dur)`` holds column ``at``
     (the latest-starting such window). Vectorized, without reordering ``frame``."""
+    import numpy as np
+
     if steps.height == 0 or frame.height == 0:
         return frame.with_columns(pl.lit(None, pl.Int32).alias(out))
     win = steps.sort("ts")
@@ -132,6 +137,8 @@ def _boundary_order(lane: np.ndarray, ts: np.ndarray, dur: np.ndarray, idx: np.n
     opens longest first, closes shortest first; a zero-length event sits inside whatever opens at
     its time, else before what closes then (HTA's comparator is not transitive when both happen
     at once; then it goes after). Returns (interval of each boundary, +1 open / -1 close)."""
+    import numpy as np
+
     n = ts.size
     zero = dur == 0
     # where a zero-length event sits depends on whether a non-zero interval opens at its time on
@@ -165,6 +172,8 @@ def call_stack(ops: pl.DataFrame) -> pl.DataFrame:
     descendants are the opens between its own open and close. ``pos`` is unique within the rank
     (lanes one after the other). Works on numpy columns and adds four: a trace holds millions of
     ops, so the frame is neither filtered, joined nor reordered, and the scratch is one lane's."""
+    import numpy as np
+
     gpu_lane = ((ops["pid"] == "0") | (ops["tid"] == "0")).fill_null(False).to_numpy()
     rows = np.flatnonzero(~gpu_lane)
     if rows.size == 0:
@@ -209,6 +218,8 @@ def link_backward(ops: pl.DataFrame) -> pl.DataFrame:
     one other holds ``autograd::`` ops (backward), each backward top-level op hangs under the first
     (file order) main-lane ``## backward ##`` annotation holding it in time (else ProfilerStep):
     adds ``link_pos`` (that annotation's pos, on every op of the linked subtree) and deepens them."""
+    import numpy as np
+
     o = ops.with_columns(link_pos=pl.lit(None, pl.Int32))
     lanes = (
         o.filter(pl.col("pos").is_not_null())
@@ -253,6 +264,8 @@ def _subtree_sums(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     """``num_kernels`` and ``kernel_dur_sum_us`` of each op: the window's GPU kernels (stream > 0,
     as HTA's get_cpu_gpu_correlation) whose launch sits in the op's subtree, directly or through
     the backward link."""
+    import numpy as np
+
     k = kernels.filter(pl.col("in_hta_window") & (pl.col("stream") > 0) & pl.col("launch_pos").is_not_null())
     counts = np.zeros(ops.height, dtype=np.int32)
     durs = np.zeros(ops.height, dtype=np.float64)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 import traceback
 from collections.abc import Callable
@@ -160,14 +161,17 @@ def discover_files(run_path: Path, manifest: RunManifest) -> RunFiles:
                 skipped.append((rel, SKIP_HIDDEN_FILE))
                 continue
             try:
-                real = p.resolve(strict=True)
+                st = os.lstat(p)
+                # the walk follows no directory link: only a link itself leads elsewhere (resolving
+                # every path cost a stat per component of it)
+                real = p.resolve(strict=True) if stat.S_ISLNK(st.st_mode) else base / rel
             except (OSError, RuntimeError):
                 skipped.append((rel, "dangling or looping symlink"))
                 continue
             if not real.is_relative_to(base):
                 skipped.append((rel, f"symlink to {real}, outside the run directory: not read"))
                 continue
-            if not real.is_file():
+            if not (real.is_file() if stat.S_ISLNK(st.st_mode) else stat.S_ISREG(st.st_mode)):
                 skipped.append((rel, "not a regular file"))
                 continue
             if tok is not None and real == tok:

@@ -156,3 +156,27 @@ def test_version() -> None:
     out = subprocess.run([sys.executable, "-m", "analyses.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and re.fullmatch(r"polytrace \S+\n", out.stdout)
 
+
+
+CONSOLE = """
+import atexit, sys, threading
+from concurrent.futures import ThreadPoolExecutor
+pool = ThreadPoolExecutor(1)
+pool.submit(lambda: None).result()  # an idle worker thread, as the ingest's pools leave them
+atexit.register(lambda: print("atexit ran", flush=True))
+sys.argv = ["polytrace", *sys.argv[1:]]
+from analyses.cli import console
+console()
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize(("args", "code", "out"), [(["--version"], 0, "polytrace "), (["no-such-command"], 2, "")])
+def test_console_exit_keeps_status_output_and_atexit(args: list[str], code: int, out: str) -> None:
+    """The installed command leaves without the interpreter's teardown (analyses.cli.console):
+    the exit status, the flushed output and the atexit handlers are those of a normal exit, and
+    idle pool threads do not keep it waiting."""
+    run = subprocess.run([sys.executable, "-c", CONSOLE, *args], capture_output=True, text=True, timeout=60)
+    assert run.returncode == code, run.stderr
+    assert run.stdout.startswith(out) and run.stdout.endswith("atexit ran\n") and "not reached" not in run.stdout
+    assert ("invalid choice" in run.stderr) == (code == 2)

@@ -6,6 +6,6 @@ import os
 
 os.environ.setdefault("POLARS_MAX_THREADS", "2")  # before polars is imported: it reads this once
 
-from analyses.cli import main  # noqa: E402
+from analyses.cli import console  # noqa: E402
 
-raise SystemExit(main())
+console()

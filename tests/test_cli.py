@@ -180,3 +180,13 @@ def test_console_exit_keeps_status_output_and_atexit(args: list[str], code: int,
     assert run.returncode == code, run.stderr
     assert run.stdout.startswith(out) and run.stdout.endswith("atexit ran\n") and "not reached" not in run.stdout
     assert ("invalid choice" in run.stderr) == (code == 2)
+
+
+def test_console_under_a_profiler_exits_normally_so_the_profile_is_written(tmp_path: Path) -> None:
+    """``python -m cProfile -o F -m analyses.cli ...`` (and coverage, a debugger): the fast exit
+    would skip the profiler's own exit handling, so under one the command exits as usual."""
+    out = tmp_path / "cli.prof"
+    run = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "analyses.cli", "--version"],
+                         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert run.returncode == 0 and run.stdout.startswith("polytrace "), run.stderr
+    assert out.stat().st_size > 0

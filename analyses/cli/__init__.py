@@ -139,6 +139,9 @@ def console() -> None:
     if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, status 1
         print(code, file=sys.stderr)
         code = 1
+    if sys.gettrace() is not None or sys.getprofile() is not None or "coverage" in sys.modules:
+        # under cProfile, a debugger or coverage: their results are written at the normal exit
+        raise SystemExit(code)
     threading._shutdown()  # type: ignore[attr-defined]  # noqa: SLF001 - what Py_FinalizeEx does first
     atexit._run_exitfuncs()  # noqa: SLF001 - then this
     for stream in (sys.stdout, sys.stderr):

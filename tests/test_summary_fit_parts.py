@@ -14,7 +14,16 @@ import pytest
 from scipy import optimize, special, stats
 
 from analyses.fit.select import fit_summaries_selected
-from analyses.fit.stepshape import StepShape, capped_mean, capped_parts, mid_var, window_parts, window_var
+from analyses.fit.stepshape import (
+    StepShape,
+    WindowMean,
+    capped_mean,
+    capped_parts,
+    mid_mean,
+    mid_var,
+    window_parts,
+    window_var,
+)
 from analyses.fit.summaries import conform_summaries
 from analyses.fit.summary_fit import (
     LOG_EPS,
@@ -69,6 +78,9 @@ def test_the_weights_move_only_the_weights_terms(family, skew):
         m = np.log(d.mean) - 0.1
         assert np.array_equal(loglik_rows(other, r, m, row_parts(sh, r, m)), loglik_rows(other, r, m))
         assert np.array_equal(mean_terms(other, r, m, mean_parts(sh, r, m)), mean_terms(other, r, m))
+    for window in ((lo, hi), (np.array([3.0, 400.0, 1.0]), np.array([3000.0, np.inf, 2.0]))):
+        # the level solve's fused mean (WindowMean) is mid_mean's arithmetic: equal bit for bit
+        assert np.array_equal(WindowMean(other, *window)(mu), mid_mean(other, mu, *window), equal_nan=True)
     with pytest.raises(ValueError, match="parts of"):
         replace(sh, s=0.5).mix(sh.parts(t))
 

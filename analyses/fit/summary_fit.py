@@ -52,6 +52,7 @@ from analyses.fit.stepshape import (
     ExpParts,
     Parts,
     StepShape,
+    WindowMean,
     WindowParts,
     capped_mean,
     capped_parts,
@@ -171,9 +172,10 @@ def _levels(shape: StepShape, r: _Rows, guess: np.ndarray | None = None) -> np.n
     """Each row's level: from the middle mean (exact rows), the mean below the cap (TRL's
     terminated mean), or the capped mean."""
     windowed = r.mid | r.use_term
+    window = WindowMean(shape, r.win_lo, r.win_hi)
 
     def mean_fn(mu: np.ndarray) -> np.ndarray:
-        m = mid_mean(shape, mu, r.win_lo, r.win_hi)
+        m = window(mu)
         if windowed.all():
             return m
         return np.where(windowed, m, capped_mean(shape, mu, r.cap if np.isfinite(r.cap) else None))

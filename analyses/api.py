@@ -201,11 +201,13 @@ class PolyTrace:
 
     # ------------------------------------------------------------------ warehouse
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with every table and view by name."""
+    def connect(self, shared: bool = False) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with every table and view by name. ``shared``: for a
+        caller that only reads, a cursor on views this process created once for the warehouse as it
+        is now (:func:`analyses.catalog.connect`): the methods here, and Dagster's assets, use it."""
         from analyses.views import all_views
 
-        return catalog.connect(self._sync(), all_views())
+        return catalog.connect(self._sync(), all_views(), shared=shared)
 
     def refresh_catalog(self) -> Path:
         """Rewrite ``polytrace.duckdb`` (views only) so any DuckDB client sees every run."""
@@ -283,7 +285,7 @@ class PolyTrace:
     def runs(self) -> pl.DataFrame:
         """One row per run with its counts of files, steps, samples, tool calls, rank times, telemetry and
         rejects (a run of per-worker timings alone is not a row of zeros)."""
-        return self.connect().sql(RUNS_SQL).pl()
+        return self.connect(shared=True).sql(RUNS_SQL).pl()
 
     def run_rows(self) -> list[dict[str, Any]]:
         """The rows of :meth:`runs` as dicts of plain values (``polytrace runs`` prints them without
@@ -313,7 +315,7 @@ class PolyTrace:
         """The training-health alerts raised so far (``health_alerts``), by run and first step."""
         from analyses.alerts import run_alerts
 
-        con = self.connect()
+        con = self.connect(shared=True)
         try:
             return run_alerts(con, runs)
         finally:
@@ -329,12 +331,12 @@ class PolyTrace:
     def view(self, name: str, runs: Iterable[str] | None = None) -> pl.DataFrame:
         from analyses.views import view_frame
 
-        return view_frame(self.connect(), name, runs)
+        return view_frame(self.connect(shared=True), name, runs)
 
     def headline(self, group_name: str, runs: Iterable[str] | None = None) -> pl.DataFrame:
         from analyses.views import headline_frame
 
-        return headline_frame(self.connect(), group_name, runs)
+        return headline_frame(self.connect(shared=True), group_name, runs)
 
     def section(self, group_name: str, runs: Sequence[str] | None = None) -> Section:
         """A view group's headline table and figures, as the report and the Dagster asset show them."""
@@ -348,7 +350,7 @@ class PolyTrace:
         materialized once, as the report builds them."""
         from analyses.report import group_sections
 
-        con = self.connect()
+        con = self.connect(shared=True)
         try:
             chosen = list(runs) if runs is not None else [r[0] for r in con.sql("SELECT run_id FROM runs ORDER BY 1").fetchall()]
             return group_sections(con, list(group_names), chosen)
@@ -364,7 +366,7 @@ class PolyTrace:
         from analyses.report import build_report, selected_runs
         from analyses.workload_section import workload_section
 
-        con = self.connect()
+        con = self.connect(shared=True)
         try:
             chosen = selected_runs(con, runs)
             extra = [workload_section(self._sync(), self.layout.spec_path, chosen)]
@@ -383,7 +385,7 @@ class PolyTrace:
         from analyses.compare.stats import N_BOOT
 
         sa, sb = parse_side(a), parse_side(b)
-        con = self.connect()
+        con = self.connect(shared=True)
         try:
             have = {r for (r,) in con.sql("SELECT run_id FROM runs").fetchall()}
             missing = [s.run_id for s in (sa, sb) if s.run_id not in have]
@@ -407,7 +409,7 @@ class PolyTrace:
         from analyses.report import build_comparison_report
 
         out = out if out is not None else self.layout.comparison_path(cmp.a.label, cmp.b.label)
-        con = self.connect()
+        con = self.connect(shared=True)
         try:
             res = build_comparison_report(con, cmp, out, png=png, source=self.location)
         finally:

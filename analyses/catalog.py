@@ -28,8 +28,10 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -330,7 +332,8 @@ def refresh_catalog(
 
 def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False,
             limits: ResourceLimits | None = None, spill: Path | None = None,
-            comments: bool | None = None, snapshot: Path | None = None) -> duckdb.DuckDBPyConnection:
+            comments: bool | None = None, snapshot: Path | None = None,
+            shared: bool = False) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection of its own with every base table and ``views`` by name.
 
     The connection holds a reader lease (:class:`analyses.warehouse.ReaderLease`) from before it
@@ -350,8 +353,16 @@ def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False
     tables over the manifests it read, as the in-memory connection would: the derived views are
     bound when a query reads them, not all of them before the first query runs. Otherwise, and
     without ``snapshot``, it is an in-memory connection that creates every view.
+
+    ``shared`` (for callers that only read, neither ``sandbox`` nor ``comments``): a cursor on an
+    in-memory database this process keeps per warehouse while its manifests, ``views`` and
+    ``limits`` stay as they were (:func:`_shared_cursor`): creating the views binds each one, 0.3-0.8 s
+    a connection, and a Dagster job or a report opens a dozen. Its TEMP tables are its own; anything
+    else it creates is seen by the next shared cursor, so a user's connection is never shared.
     """
     limits = limits or resource_limits()
+    if shared and not sandbox and not comments and snapshot is None:
+        return _shared_cursor(root, list(views), limits)
     spill = spill or new_scratch_path(root)
     views = list(views)
     comments = sandbox if comments is None else comments
@@ -370,15 +381,56 @@ def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False
             con = duckdb.connect(":memory:")
             ddl, files = all_ddl(root, views, comments=comments)
         apply_limits(con, limits, spill)
-        # no DuckDB progress bar: it would write over our own progress display, and under --quiet too
-        try:
-            con.execute("SET enable_progress_bar = false")
-        except duckdb.Error:  # in a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting at all
-            pass
+        _no_progress_bar(con)
         for stmt in ddl:
             con.execute(stmt)
         if sandbox:
             lock_down(con, files)
+    except BaseException:
+        lease.release()
+        raise
+    weakref.finalize(con, lease.release)
+    return con
+
+
+def _no_progress_bar(con: duckdb.DuckDBPyConnection) -> None:
+    """No DuckDB progress bar: it would write over our own progress display, and under --quiet too."""
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except duckdb.Error:  # in a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting at all
+        pass
+
+
+# per warehouse, the latest used last: (what its views were created from, the database holding them)
+_SHARED: OrderedDict[str, tuple[tuple[object, ...], duckdb.DuckDBPyConnection]] = OrderedDict()
+_SHARED_MAX = 4  # warehouses a process keeps a database for (a test session opens hundreds)
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_cursor(root: Path, views: list[DerivedView], limits: ResourceLimits) -> duckdb.DuckDBPyConnection:
+    """:func:`connect` with ``shared``: a cursor (its own DuckDB connection: its own TEMP schema and
+    transactions) on the database this process holds for ``root``, made again when the DDL the
+    manifests give now, or the limits, differ from those it was made with. The cursor holds its
+    own reader lease, taken before the manifests are read, as :func:`connect` does; a replaced
+    database is dropped, not closed (closing it would close the cursors still in use)."""
+    lease = ReaderLease(root)
+    try:
+        ddl, _ = all_ddl(root, views)
+        key = (tuple(ddl), limits)
+        where = str(root.resolve())
+        with _SHARED_LOCK:
+            held = _SHARED.get(where)
+            if held is None or held[0] != key:
+                parent = duckdb.connect(":memory:")
+                apply_limits(parent, limits, new_scratch_path(root))  # the database's: every cursor's
+                for stmt in ddl:
+                    parent.execute(stmt)
+                held = _SHARED[where] = (key, parent)
+            _SHARED.move_to_end(where)
+            while len(_SHARED) > _SHARED_MAX:
+                _SHARED.popitem(last=False)
+            con = held[1].cursor()
+        _no_progress_bar(con)
     except BaseException:
         lease.release()
         raise

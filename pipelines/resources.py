@@ -70,4 +70,4 @@ class WarehouseResource(ConfigurableResource):
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with every table and view by name."""
-        return self.polytrace.connect()
+        return self.polytrace.connect(shared=True)

@@ -29,6 +29,8 @@ from analyses.fit.summary_fit import (
     LOG_EPS,
     SPELLINGS,
     LengthSummaries,
+    MeanLoglik,
+    RowsLoglik,
     _Rows,
     fit_body,
     loglik_rows,
@@ -77,7 +79,9 @@ def test_the_weights_move_only_the_weights_terms(family, skew):
         r = _Rows(d)
         m = np.log(d.mean) - 0.1
         assert np.array_equal(loglik_rows(other, r, m, row_parts(sh, r, m)), loglik_rows(other, r, m))
+        assert np.array_equal(RowsLoglik(r, m, row_parts(sh, r, m))(other), loglik_rows(other, r, m))
         assert np.array_equal(mean_terms(other, r, m, mean_parts(sh, r, m)), mean_terms(other, r, m))
+        assert np.array_equal(MeanLoglik(r, m, mean_parts(sh, r, m))(other), mean_terms(other, r, m))
     for window in ((lo, hi), (np.array([3.0, 400.0, 1.0]), np.array([3000.0, np.inf, 2.0]))):
         # the level solve's fused mean (WindowMean) is mid_mean's arithmetic: equal bit for bit
         assert np.array_equal(WindowMean(other, *window)(mu), mid_mean(other, mu, *window), equal_nan=True)

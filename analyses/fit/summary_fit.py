@@ -285,6 +285,57 @@ def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray, parts: RowParts | No
     return ll
 
 
+class RowsLoglik:
+    """:func:`loglik_rows` at a fixed scale and levels (``parts``: :func:`row_parts`) as a function
+    of the shape's weights alone, bit for bit: what the weights do not move (the rows' masks, the
+    combinatorial constants, which side of the median each endpoint is) is computed once, for the
+    optimiser that moves only the weights (:func:`fit_levels`, Nelder-Mead: ~25 evaluations a round).
+    Rows averaging several steps' extremes are :func:`loglik_rows`' own."""
+
+    def __init__(self, r: _Rows, mu: np.ndarray, parts: RowParts) -> None:
+        self.r, self.mu, self.parts = r, mu, parts
+        d = r.d
+        n = d.n
+        self.one = bool((r.exact | r.maxonly).any()) and not r.avg.any()
+        if not self.one:
+            return
+        self.pos = parts.t > 0
+        self.k_both = np.log(n) + np.log(np.maximum(n - 1, 1))
+        self.k_cut = (special.gammaln(n + 1) - special.gammaln(r.c + 1) - special.gammaln(np.maximum(n - r.c, 1))
+                      if np.isfinite(r.cap) else None)
+        self.log_n = np.log(n)
+        if d.half <= 0:
+            self.log_lo = np.log(np.maximum(np.where(r.exact, d.lo, r.floor), 1e-300))
+            self.log_hi = np.log(np.maximum(d.hi, 1e-300))
+
+    def __call__(self, shape: StepShape) -> np.ndarray:
+        r, p = self.r, self.parts
+        if not self.one:
+            return loglik_rows(shape, r, self.mu, p)
+        d = r.d
+        n = d.n
+        pos = self.pos
+        c, s = shape.mix(p.ends)
+
+        def mass(i: int, j: int) -> np.ndarray:
+            return np.maximum(np.where(pos[i], s[i] - s[j], c[j] - c[i]), 0.0) + 1e-300
+
+        if d.half > 0:
+            lp_lo, lp_hi = np.log(mass(0, 1)), np.log(mass(2, 3))
+        else:
+            dens = shape.mix_pdf(p.ends)
+            lp_lo = np.log(dens[0] + 1e-300) - self.log_lo
+            lp_hi = np.log(dens[2] + 1e-300) - self.log_hi
+        mid = np.log(mass(1, 4))
+        both = self.k_both + lp_lo + lp_hi + (n - 2) * mid
+        if self.k_cut is not None:
+            cut = self.k_cut + r.c * np.log(s[5] + 1e-300) + lp_lo + (n - r.c - 1) * mid
+            both = np.where(r.cut, cut, both)
+        both = np.where(d.lo >= d.hi, n * lp_lo, both)
+        top_only = self.log_n + lp_hi + (n - 1) * np.log(np.maximum(c[2], 1e-300))
+        return np.where(r.exact, both, np.where(r.maxonly, top_only, np.zeros(n.size)))
+
+
 def weight_terms(shape: StepShape, r: _Rows, parts: RowParts) -> tuple[np.ndarray, ...] | None:
     """The rows' log-likelihood as ``sum coef log(B + eps_lo P + eps_hi Q)`` plus what the weights do
     not move: each probability in :func:`loglik_rows` is the body's, the lower and the upper
@@ -485,6 +536,33 @@ def mean_terms(shape: StepShape, r: _Rows, mu: np.ndarray,
     return np.where(ok, out, 0.0)
 
 
+class MeanLoglik:
+    """:func:`mean_terms` at a fixed scale and levels (``parts``: :func:`mean_parts`) as a function
+    of the shape's weights alone, bit for bit (:class:`RowsLoglik`'s companion for a shared level)."""
+
+    def __init__(self, r: _Rows, mu: np.ndarray, parts: tuple[tuple[ExpParts, Parts | None], WindowParts]) -> None:
+        d = r.d
+        self.r, self.parts = r, parts
+        with np.errstate(over="ignore"):
+            self.exp_mu, self.exp_2mu = np.exp(mu), np.exp(2 * mu)
+        self.per = np.maximum(d.n * np.maximum(d.averaged, 1), 1)
+
+    def __call__(self, shape: StepShape) -> np.ndarray:
+        (e_parts, cap_parts), w = self.parts
+        d = self.r.d
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            e = self.exp_mu * shape.mix_exp(e_parts)
+            if cap_parts is not None:
+                e = e + self.r.cap * shape.mix(cap_parts)[1]
+            m = shape.mass(w.a, w.b, w.mass)
+            e1 = shape.mix_exp(w.e1) / m
+            e2 = shape.mix_exp(w.e2) / m
+            v = np.maximum(self.exp_2mu * (e2 - e1 * e1), 0.0) / self.per
+            ok = np.isfinite(v) & (v > 0) & np.isfinite(e)
+            out = -0.5 * ((d.mean - e) ** 2 / v + np.log(2 * math.pi * v))
+        return np.where(ok, out, 0.0)
+
+
 def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, per_prompt: int = 1,
                shared: bool = False, skew: float = 1.0) -> LevelFit:
     """The shared shape and each step's level of one length variable (see the module text);
@@ -528,8 +606,12 @@ def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, pe
                 le = max_weights(terms, le)
                 continue
 
-            def neg(x: np.ndarray, mu: np.ndarray = mu, parts: tuple[RowParts, Any] = parts) -> float:
-                return -total(make(s, np.clip(x, *LOG_EPS)), mu, parts)
+            rows, means = RowsLoglik(r, mu, parts[0]), MeanLoglik(r, mu, parts[1]) if shared else None
+
+            def neg(x: np.ndarray, rows: RowsLoglik = rows, means: MeanLoglik | None = means) -> float:
+                sh = make(s, np.clip(x, *LOG_EPS))
+                ll = float(np.sum(rows(sh)))
+                return -(ll + float(np.sum(means(sh))) if means is not None else ll)
 
             res = optimize.minimize(neg, le, method="Nelder-Mead", options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 60})
             le = np.clip(res.x, *LOG_EPS)

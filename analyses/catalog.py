@@ -416,7 +416,8 @@ def _shared_cursor(root: Path, views: list[DerivedView], limits: ResourceLimits)
     lease = ReaderLease(root)
     try:
         ddl, _ = all_ddl(root, views)
-        key = (tuple(ddl), limits)
+        # the pid: a forked child never touches its parent's database (DuckDB's threads stay behind)
+        key = (tuple(ddl), limits, os.getpid())
         where = str(root.resolve())
         with _SHARED_LOCK:
             held = _SHARED.get(where)

@@ -181,6 +181,26 @@ def test_selected_fit_is_validated_inside_the_fitted_steps_and_exportable():
     assert without_heavy_steps(w)["variables"]["response_tokens"]["heavy_prob"] == 0.0
 
 
+def test_origins_of_a_fidelity_check_share_their_validations():
+    """Origin k validates on the prefixes ending at k-1..k-3, origin k+1 on k..k-2: with the memo
+    passed along each prefix is fitted (and each forecast scored) once, with the same result."""
+    from analyses.fit.data import training_samples
+    from analyses.fit.rolling import RealSteps
+
+    s = synth_samples(steps=6, prompts=16, n=4, cap=2000, slope=0.05, seed=3)
+    real = RealSteps.build(training_samples(s), None, None, False)
+    memo: dict = {}
+    for last in (4, 5):
+        prefix = s.filter(pl.col("step") <= last)
+        shared = fit_workload_selected(prefix, real=real, memo=memo, run_id="sel")
+        alone = fit_workload_selected(prefix, real=real, run_id="sel")
+        assert shared == alone
+    # 3 + 1 new prefixes, 2 fits each (the window; heavy or not shares one); the origin ([0..3], [4])
+    # of the first call and ([0..3], [4, 5]) of the second are different forecasts
+    assert sum(k[0] == "fit" for k in memo) == 2 * 4
+    assert sum(k[0] == "score" for k in memo) == len(CANDIDATES) * (3 + 2)
+
+
 def test_short_runs_keep_the_default():
     s = synth_samples(steps=2, prompts=8, n=4, seed=0)
     w = fit_workload_selected(s, run_id="short")

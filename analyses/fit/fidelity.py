@@ -41,7 +41,7 @@ from analyses.fit.data import RunFrames, batch_shape, is_multi_turn, split_run, 
 from analyses.fit.rolling import RealSteps, origins, score_draws
 from analyses.fit.sampler import draw_steps
 from analyses.fit.scores import Scored, hindsight_ceiling, mape_accuracy, summary
-from analyses.fit.select import SummaryFits, fit_summaries_selected, fit_workload_selected
+from analyses.fit.select import SummaryFits, ValidationMemo, fit_summaries_selected, fit_workload_selected
 from analyses.fit.stepmodel import step_time_fidelity
 from analyses.fit.summaries import summaries_from_samples
 
@@ -73,13 +73,14 @@ def fidelity(frames: RunFrames, seeds: tuple[int, ...] = DEFAULT_SEEDS, progress
     records = []
     summ = None
     summary_fits: SummaryFits = {}  # every origin's prefixes, each fitted once
+    validations: ValidationMemo = {}  # ... and the prefixes its choice of options validates on
     if from_summaries:
         k = batch_shape(s)["samples_per_prompt"]
         summ = summaries_from_samples(s, fr.max_response_length, fr.tool_calls, k)
     for fitted, predicted in plan:
         fs, ft, fc = real.frames(fitted)
-        wl = fit_workload_selected(fs, real=real, turns=ft, tool_calls=fc, run_id=fr.run_id, task=fr.task,
-                                   max_response_length=fr.max_response_length, for_export=False)
+        wl = fit_workload_selected(fs, real=real, memo=validations, turns=ft, tool_calls=fc, run_id=fr.run_id,
+                                   task=fr.task, max_response_length=fr.max_response_length, for_export=False)
         hb = HistogramBaseline(fs, batch_shape(training_samples(fs)) | {"multi_turn": multi}, _call_latency(fc))
         o = score_draws(draw_steps(wl, predicted, seeds), real)
         b = score_draws(hb.draw(predicted, seeds), real)

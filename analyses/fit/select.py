@@ -56,37 +56,46 @@ def without_heavy_steps(w: dict[str, Any]) -> dict[str, Any]:
 
 
 FitPrefix = Callable[[list[int], dict[str, Any]], dict[str, Any]]
+# a validation's prefix fits and scores, by (fitted steps, options) and (fitted, predicted, candidate,
+# seeds): a fidelity check's origins validate on overlapping prefixes (origin k on those ending at
+# k-1..k-3, origin k+1 on k..k-2), each fitted and scored once when they share one of these
+ValidationMemo = dict[tuple[Any, ...], Any]
 
 
 def validate(fit_prefix: FitPrefix, steps: list[int], real: RealSteps, candidates: dict[str, dict[str, Any]],
              seeds: tuple[int, ...] = SELECTION_SEEDS, variant_key: str = "heavy",
-             variant: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+             variant: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
+             memo: ValidationMemo | None = None) -> dict[str, Any]:
     """Rolling-origin relative CRPS of every candidate inside ``steps`` (the fitted ones).
 
     ``fit_prefix(steps, options)`` fits the workload on a prefix of them (from samples or from
     summaries: whichever source the caller fits from; a ``ValueError`` makes the candidate
     ineligible); ``real`` holds the statistics it is scored against. Candidates that differ only in
     ``variant_key`` share a fit, turned into each by ``variant(workload, value)`` (default: the
-    per-sample fit's ``heavy``, where ``heavy=False`` is the heavy fit without heavy steps)."""
+    per-sample fit's ``heavy``, where ``heavy=False`` is the heavy fit without heavy steps).
+    ``memo``: fits and scores of earlier validations with the same ``fit_prefix``, ``real``,
+    ``candidates`` and ``variant`` (:data:`ValidationMemo`), added to as this one goes."""
     variant = variant or (lambda w, heavy: without_heavy_steps(w) if heavy is False else w)
+    memo = {} if memo is None else memo
     used = origins(steps)[-MAX_ORIGINS:]
     scored: dict[str, list | None] = {c: [] for c in candidates}
     for fitted, predicted in used:
-        fits: dict[str, dict[str, Any] | None] = {}
         for name, opts in candidates.items():
             base = {k: v for k, v in opts.items() if k != variant_key}
-            fkey = repr(sorted(base.items()))
-            if fkey not in fits:
+            fkey = ("fit", tuple(fitted), repr(sorted(base.items())))
+            if fkey not in memo:
                 try:
-                    fits[fkey] = fit_prefix(fitted, base)
+                    memo[fkey] = fit_prefix(fitted, base)
                 except ValueError:  # this candidate cannot be fitted here: it is not eligible
-                    fits[fkey] = None
-            w = fits[fkey]
+                    memo[fkey] = None
+            w = memo[fkey]
             if w is None or scored[name] is None:
                 scored[name] = None
                 continue
-            w = variant(w, opts.get(variant_key))
-            scored[name].append(score_draws(draw_steps(w, predicted, seeds), real, ks=False))
+            skey = ("score", tuple(fitted), tuple(predicted), name, tuple(seeds))
+            if skey not in memo:
+                memo[skey] = score_draws(draw_steps(variant(w, opts.get(variant_key)), predicted, seeds), real, ks=False)
+            scored[name].append(memo[skey])
     scores = {c: relative_crps(v) for c, v in scored.items() if v}
     return {"origins": [{"fitted_steps": f, "predicted_steps": p} for f, p in used], "seeds": len(seeds),
             "relative_crps": scores}
@@ -99,10 +108,13 @@ def choose(scores: dict[str, float], default: str) -> str:
     return min(scores, key=lambda c: (scores[c], c != default))
 
 
-def fit_workload_selected(samples: pl.DataFrame, real: RealSteps | None = None, **kw: Any) -> dict[str, Any]:
+def fit_workload_selected(samples: pl.DataFrame, real: RealSteps | None = None, memo: ValidationMemo | None = None,
+                          **kw: Any) -> dict[str, Any]:
     """:func:`~analyses.fit.workload.fit_workload` with its options chosen by rolling-origin
     validation inside the fitted steps (recorded under ``selection``); ``real``: the run's steps
-    already prepared for scoring (saves rebuilding them at every origin of a fidelity check)."""
+    already prepared for scoring (saves rebuilding them at every origin of a fidelity check);
+    ``memo``: the validations of earlier calls with the same ``real`` and ``kw`` (but ``turns`` and
+    ``tool_calls``, which a prefix fit takes from ``real``): a fidelity check's origins."""
     s = training_samples(samples)
     multi = is_multi_turn(s)
     candidates, default = (MT_CANDIDATES, MT_DEFAULT) if multi else (CANDIDATES, DEFAULT)
@@ -116,7 +128,7 @@ def fit_workload_selected(samples: pl.DataFrame, real: RealSteps | None = None, 
             fs, ft, fc = real.frames(steps)
             return fit_workload(fs, **{**kw, "turns": ft, "tool_calls": fc, "for_export": False, **opts, "heavy": True})
 
-        cv = validate(fit_prefix, full, real, candidates)
+        cv = validate(fit_prefix, full, real, candidates, memo=memo)
     best = choose(cv["relative_crps"], default)
     wl = fit_workload(samples, **{**kw, **candidates[best]})
     wl["selection"] = {"selected": best, "default": default, **cv}

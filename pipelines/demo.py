@@ -24,6 +24,7 @@ from analyses.export.registry import check_exports
 from analyses.fit.fidelity_table import fidelity_table
 from pipelines.definitions import CATALOG_KEY, build_defs
 from pipelines.instance_durability import relax_instance_durability
+from pipelines.instance_storage import open_instance
 from pipelines.partitions import RUNS_PARTITIONS_NAME, is_valid_key, runs_by_id
 from pipelines.resources import DEFAULT_LOGS_ROOT, ENV_LOGS_ROOT, WarehouseResource
 from pipelines.sensors import CROSS_RUN_JOB_NAME, FIT_RUN_JOB_NAME, INGEST_JOB_NAME
@@ -221,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warehouse = WarehouseResource(root=str(root), logs_root=str(logs_root))
     defs = build_defs(warehouse)
-    with DagsterInstance.get() as instance:
+    with open_instance(home) as instance:  # the default SQLite storage with its connections kept open
         result = materialize_all(
             defs,
             instance,

@@ -33,6 +33,7 @@ import duckdb
 import polars as pl
 
 ENV_NOTIFY = "POLYTRACE_NOTIFY"
+ALERTS_VIEW = "health_alerts"  # the view every alert is a row of
 STATE_FILE = Path("alerts") / "notified.json"
 
 ALERT_COLUMNS = ("run_id", "kind", "severity", "metric", "first_step", "last_step", "n_steps", "first_value",
@@ -87,7 +88,7 @@ def run_alerts(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None = None
     """The alerts raised so far by ``runs`` (default: every run), from a catalog connection."""
     from analyses.views import view_frame
 
-    return alerts_from_frame(view_frame(con, "health_alerts", runs))
+    return alerts_from_frame(view_frame(con, ALERTS_VIEW, runs))
 
 
 def notify_urls(setting: str | None = None) -> list[str]:

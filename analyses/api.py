@@ -201,12 +201,17 @@ class PolyTrace:
 
     # ------------------------------------------------------------------ warehouse
 
-    def connect(self, shared: bool = False) -> duckdb.DuckDBPyConnection:
+    def connect(self, shared: bool = False, views: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with every table and view by name. ``shared``: for a
         caller that only reads, a cursor on views this process created once for the warehouse as it
-        is now (:func:`analyses.catalog.connect`): the methods here, and Dagster's assets, use it."""
-        from analyses.views import all_views
+        is now (:func:`analyses.catalog.connect`): the methods here, and Dagster's assets, use it.
+        ``views``: every table and only those views (and the views they read), for a caller that
+        needs a few of them on a warehouse that just changed (never shared: the shared database
+        holds every view)."""
+        from analyses.views import all_views, views_reading
 
+        if views is not None:
+            return catalog.connect(self._sync(), views_reading(views))
         return catalog.connect(self._sync(), all_views(), shared=shared)
 
     def refresh_catalog(self) -> Path:

@@ -36,7 +36,15 @@ from dagster import (
     sensor,
 )
 
-from analyses.alerts import ENV_NOTIFY, NotifyConfigError, deliver, notify_urls, run_alerts, state_path
+from analyses.alerts import (
+    ALERTS_VIEW,
+    ENV_NOTIFY,
+    NotifyConfigError,
+    deliver,
+    notify_urls,
+    run_alerts,
+    state_path,
+)
 from analyses.views.training_health import ALERT_RULES
 from pipelines.partitions import runs_partitions
 from pipelines.resources import WarehouseResource
@@ -66,7 +74,7 @@ _SEVERITY = {"error": AssetCheckSeverity.ERROR, "warn": AssetCheckSeverity.WARN}
     name="health_alert_checks",
 )
 def health_alert_checks(context: AssetCheckExecutionContext, warehouse: WarehouseResource) -> Iterator[AssetCheckResult]:
-    con = warehouse.connect()
+    con = warehouse.connect([ALERTS_VIEW])  # binding every view took longer than the alerts
     try:
         raised = {a.kind: a for a in run_alerts(con, [context.partition_key])}
     finally:
@@ -119,7 +127,7 @@ def health_alert_notifications(context: SensorEvaluationContext, warehouse: Ware
     if not urls:  # the alerts stay visible as asset checks; the cursor moves on so that none is sent late
         return SensorResult(skip_reason=f"${ENV_NOTIFY} is not set: alerts are shown as asset checks only",
                             cursor=cursor)
-    con = warehouse.connect()
+    con = warehouse.connect([ALERTS_VIEW])
     try:
         alerts = run_alerts(con, partitions)
     finally:

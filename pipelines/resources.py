@@ -68,6 +68,8 @@ class WarehouseResource(ConfigurableResource):
         """The facade over this warehouse: what every asset calls."""
         return PolyTrace(self.root)
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with every table and view by name."""
-        return self.polytrace.connect(shared=True)
+    def connect(self, views: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with every table and view by name, a cursor on the views
+        this process holds for the warehouse as it is now; with ``views``, a connection of its own
+        with only those views and the ones they read (:meth:`analyses.api.PolyTrace.connect`)."""
+        return self.polytrace.connect(shared=True) if views is None else self.polytrace.connect(views=views)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # the catalog takes the views' SQL only: `polytrace query` lo
     import polars as pl
 
 __all__ = ["QUANTILE_DEFINITION", "View", "ViewGroup", "all_views", "group", "headline_frame", "view", "view_frame",
-           "view_groups"]
+           "view_groups", "views_reading"]
 
 
 @cache
@@ -47,6 +48,18 @@ def view_groups() -> tuple[ViewGroup, ...]:
 def all_views() -> tuple[View, ...]:
     """Every view, in creation order (a view may read the views before it)."""
     return tuple(v for g in view_groups() for v in g.views)
+
+
+def views_reading(names: Iterable[str]) -> tuple[View, ...]:
+    """The views ``names`` and every view they read, directly or not (named in their SQL), in
+    creation order: a connection that needs a few views creates those, not all of them (creating
+    every view binds each one against the Parquet files, most of a connection's start-up)."""
+    wanted = {view(n).name for n in names}
+    views = all_views()
+    for v in reversed(views):  # a view reads only views created before it
+        if v.name in wanted:
+            wanted |= {u.name for u in views if u.name != v.name and re.search(rf"\b{re.escape(u.name)}\b", v.sql)}
+    return tuple(v for v in views if v.name in wanted)
 
 
 def group(name: str) -> ViewGroup:

@@ -32,14 +32,7 @@ from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorag
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
 from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlite import create_db_conn_string
-from dagster._core.storage.sqlite_storage import (
-    DagsterSqliteStorage,
-    DagsterStorage,
-    SqliteStorageConfig,
-    _event_logs_directory,
-    _runs_directory,
-    _schedule_directory,
-)
+from dagster._core.storage.sqlite_storage import DagsterSqliteStorage, DagsterStorage, SqliteStorageConfig
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
@@ -47,6 +40,21 @@ from sqlalchemy.pool import NullPool
 DEFAULT_STORAGE = ("dagster._core.storage.sqlite_storage", "DagsterSqliteStorage")
 OPEN_SHARDS = 8  # run shards kept open at once (a run writes only its own; the index stays open)
 BUSY_TIMEOUT_S = 30  # another process (the UI, the daemon) holding the write lock: wait, as Dagster does
+
+
+# DagsterSqliteStorage's layout under base_dir (its module's private helpers, written out here):
+# `make ui` reads these very paths with the default storage; tests/test_instance_storage.py compares
+# the files with those Dagster writes itself
+def _runs_directory(base: str) -> str:
+    return os.path.join(base, "history", "")
+
+
+def _event_logs_directory(base: str) -> str:
+    return os.path.join(base, "history", "runs", "")
+
+
+def _schedule_directory(base: str) -> str:
+    return os.path.join(base, "schedules")
 
 
 def _pooled_engine(conn_string: str) -> Engine:

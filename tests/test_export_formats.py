@@ -199,7 +199,13 @@ def test_cli_export_and_sample(single, tmp_path: Path, capsys):
     assert (tmp_path / "v" / "vidur_trace.csv").exists()
     assert main(["sample", "--spec", str(spec), "--steps", "2", "--seed", "3", "--out", str(tmp_path / "s1")]) == 0
     assert main(["sample", "--spec", str(spec), "--steps", "2", "--seed", "3", "--out", str(tmp_path / "s2")]) == 0
-    a = sorted((tmp_path / "s1").iterdir())
+    from analyses.atomic_output import MARKER
+
+    # the same seed, the same bytes; the ownership marker says when each was written (it crossed a
+    # second boundary between the two in one CI run)
+    a = sorted(p for p in (tmp_path / "s1").iterdir() if p.name != MARKER)
+    assert a and (tmp_path / "s1" / MARKER).is_file() and (tmp_path / "s2" / MARKER).is_file()
+    assert [p.name for p in a] == sorted(p.name for p in (tmp_path / "s2").iterdir() if p.name != MARKER)
     assert [p.read_bytes() for p in a] == [(tmp_path / "s2" / p.name).read_bytes() for p in a]
     assert main(["sample", "--spec", str(spec), "--steps", "0", "--out", str(tmp_path / "s3")]) == 2
     assert main(["export", "--spec", str(tmp_path / "missing.json"), "--format", "vidur", "--out", str(tmp_path / "x")]) == 2

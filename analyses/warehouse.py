@@ -472,6 +472,13 @@ class RunStaging:
             del self._sealed[table]
         return df
 
+    def _unstage(self, table: str) -> None:
+        """Forget everything staged for ``table``: its sealed parts in memory and its files."""
+        for name in list(self._sealed.get(table, {})):
+            self._drop_sealed(table, name)
+        shutil.rmtree(self.table_dir(table), ignore_errors=True)
+        self._counters.pop(table, None)
+
     def parts(self, table: str) -> list[Path]:
         """The part files staged for ``table``, in order (its sealed parts in memory written first)."""
         with writing(self.root):
@@ -494,19 +501,13 @@ class RunStaging:
 
     def replace(self, table: str, df: pl.DataFrame) -> int:
         """Drop what is staged for ``table`` and stage ``df`` instead."""
-        for name in list(self._sealed.get(table, {})):
-            self._drop_sealed(table, name)
-        shutil.rmtree(self.table_dir(table), ignore_errors=True)
-        self._counters.pop(table, None)
+        self._unstage(table)
         return self.add(table, df)
 
     def replace_with_file(self, table: str, part: Path) -> None:
         """Drop what is staged for ``table`` and stage the Parquet file ``part`` instead (moved, not
         copied; written by a query that already gives the table's columns)."""
-        for name in list(self._sealed.get(table, {})):
-            self._drop_sealed(table, name)
-        shutil.rmtree(self.table_dir(table), ignore_errors=True)
-        self._counters.pop(table, None)
+        self._unstage(table)
         with writing(self.root):
             self.table_dir(table).mkdir(parents=True)
             os.replace(part, self.table_dir(table) / "part-000000.parquet")

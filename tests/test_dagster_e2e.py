@@ -244,7 +244,7 @@ def test_demo_main_prints_headlines(
     rc = demo_main(["--logs-root", str(tiny_logs), "--warehouse", str(tmp_path / "wh"), "--ingest-only"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "ingested 2 run(s)" in out
+    assert "ingested 2 run(s)" in out and ", of which fits 0.0s; cross-run job " in out  # --ingest-only: no fit job
     assert "tiny-run: ok  files=1 steps=3 samples=0" in out
     assert "asset checks: 59/60 passed" in out and "failed: bad-run rejects:reject_share (WARN)" in out
     assert "runs=2  source files=2  steps=5" in out

@@ -17,7 +17,8 @@ Sections (``--only`` picks some):
   with DuckDB's own default (``POLYTRACE_MEMORY_LIMIT=80%``, what it did before the bound):
   peak RSS and the time ratio.
 * ``demo`` (target 6): ``python -m pipelines.demo`` (what ``make demo`` runs once installed) on a
-  fresh warehouse and Dagster instance: its wall time and its cross-run job as it prints it.
+  fresh warehouse and Dagster instance: its wall time and its cross-run job as it prints it, and
+  where the time went (each job kind's step times from the instance, Dagster around them, the rest).
 * ``large`` (targets 2 and 5, only with ``--large``): a verl console log of ``--size-gb`` (the
   real Qwen log repeated with renumbered steps) ingested whole vs DuckDB ``read_csv`` of the same
   bytes as one VARCHAR column (2 threads), peak RSS of the ingest; ``--v2-gb`` of PolyTrace v2
@@ -247,6 +248,33 @@ def section_small(work: Path, repeat: int, results: list[Result]) -> None:
     shutil.rmtree(wh, ignore_errors=True)
 
 
+def demo_breakdown(home: Path, wall: float) -> str:
+    """Where one demo's ``wall`` seconds went, from its Dagster instance at ``home``: each job kind's
+    steps (the per-run ingest and fit jobs summed over the runs, each cross-run step), Dagster's own
+    time around the steps, and what is outside every run (interpreter start, imports, definitions,
+    the printed summary)."""
+    from collections import defaultdict
+
+    from dagster import DagsterInstance
+
+    steps: dict[str, float] = defaultdict(float)
+    in_runs = in_steps = 0.0
+    with DagsterInstance.from_config(str(home)) as instance:
+        for r in instance.get_runs():
+            stats = instance.get_run_stats(r.run_id)
+            if stats.start_time is None or stats.end_time is None:
+                continue
+            in_runs += stats.end_time - stats.start_time
+            for st in instance.get_run_step_stats(r.run_id):
+                if st.start_time is not None and st.end_time is not None:
+                    kind = r.job_name.removesuffix("_job") if r.job_name != "cross_run_job" else st.step_key
+                    steps[kind] += st.end_time - st.start_time
+                    in_steps += st.end_time - st.start_time
+    parts = [f"{k} {v:.1f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]) if v >= 0.1]
+    parts += [f"Dagster around the steps {in_runs - in_steps:.1f}", f"outside the runs {wall - in_runs:.1f}"]
+    return "    where (s): " + ", ".join(parts)
+
+
 def section_demo(work: Path, repeat: int, results: list[Result]) -> None:
     root = work / "demo"
     walls, cross = [], []
@@ -263,6 +291,7 @@ def section_demo(work: Path, repeat: int, results: list[Result]) -> None:
         split = DEMO_SPLIT.search(r.stdout)
         per_run = f", per-run jobs {split.group(1)} s (fits {split.group(2)} s)" if split else ""
         print(f"  demo: {r.seconds:.1f} s wall{per_run}, cross-run job {cross[-1]:.1f} s", flush=True)
+        print(demo_breakdown(root / "dagster_home", r.seconds), flush=True)
     lo = load()
     results.append(Result("6", "make demo (python -m pipelines.demo, fresh warehouse and instance)", min(walls), 20,
                           "s", False, lo))

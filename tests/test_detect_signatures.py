@@ -68,3 +68,17 @@ def test_a_signature_passes_over_a_head_without_it() -> None:
     spec = ReaderSpec("analyses.readers.kineto:KinetoTraceReader", READER_SPECS[0].head)
     assert not spec.admits('{"step": 1, "input": 3, "output": [4]}')
     assert spec.admits('{"traceEvents": [')
+
+
+def test_first_json_objects_serves_any_count_from_the_last_head() -> None:
+    """Sniffing asks for one object, then five: each answer is what parsing that many gives."""
+    from analyses.readers.typed_jsonl import first_json_objects
+
+    head = '{"a": 1}\nnot json\n{"a": 2}\n[3]\n{"a": 3}\n'
+    assert first_json_objects(head, 1) == [{"a": 1}]
+    assert first_json_objects(head) == [{"a": 1}, {"a": 2}, {"a": 3}]  # all the head holds
+    assert first_json_objects(head, 2) == [{"a": 1}, {"a": 2}]
+    assert first_json_objects(head, 9) == [{"a": 1}, {"a": 2}, {"a": 3}]
+    other = '{"b": 1}\n'
+    assert first_json_objects(other, 1) == [{"b": 1}]
+    assert first_json_objects(head, 1) == [{"a": 1}]

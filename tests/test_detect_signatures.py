@@ -32,7 +32,7 @@ def _check(files: list[Path]) -> set[str]:
         head = read_head(path)
         for spec, r in signed:
             if r.sniff(head, path):
-                assert spec.admits(head), f"{r.name} accepts {path} whose head lacks {spec.head.pattern!r}"
+                assert spec.admits(head), f"{r.name} accepts {path} whose head lacks {spec.head!r}"
                 hit.add(r.name)
         assert detect_head(head, path) is _full_detect(head, path), path
     return hit

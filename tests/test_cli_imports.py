@@ -1,7 +1,8 @@
 """Each ``polytrace`` command imports only what it uses (issue 29, target 1): in a fresh process,
 ``--version`` and ``--help`` load neither DuckDB, Polars nor pyarrow, and ``query`` and ``runs``
 neither scipy, plotly, dagster, the fits nor the export formats, nor Polars, pyarrow or numpy
-(DuckDB prints their results); ``ingest`` of small step files loads neither pyarrow nor numpy."""
+(DuckDB prints their results); ``ingest`` of small step files loads neither pyarrow nor numpy, nor
+any reader module but the one its files need."""
 
 from __future__ import annotations
 
@@ -91,6 +92,13 @@ def test_ingest_of_small_step_files_loads_neither_pyarrow_nor_numpy(tmp_path: Pa
     assert (wh / "manifests" / "polytrace-math-dapo.json").is_file()
     assert _under(mods, ("pyarrow", "numpy", "scipy", "plotly", "dagster", "analyses.fit", "analyses.export",
                          "analyses.report")) == []
+    # detection imports the readers it asks only: the heads lack the signatures of the four before
+    # the step files' reader (analyses.readers.READER_SPECS), and no reader after it is asked
+    from analyses.readers import READER_SPECS
+
+    reader_modules = {s.target.split(":")[0] for s in READER_SPECS}
+    assert sorted(reader_modules & mods) == ["analyses.readers.polytrace_v2"]
+    assert "analyses.trace.model" not in mods  # the Kineto reader's trace model
 
 
 def test_a_command_gets_its_own_arguments_only() -> None:

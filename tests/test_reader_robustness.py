@@ -233,7 +233,8 @@ def test_a_sniffer_failure_fails_its_file_alone(tmp_path: Path, warehouse: Path,
         return False
 
     monkeypatch.setattr(KinetoTraceReader, "sniff", sniff)
-    run = _one_file_run(tmp_path, "bad.json", b'{"x": 1}\n')
+    # its head holds the Kineto signature (analyses.readers.READER_SPECS), so its sniff is asked
+    run = _one_file_run(tmp_path, "bad.json", b'{"traceEvents": [], "x": 1}\n')
     (run / "good.log").write_bytes(b"step:1 - timing_s/step:2.0\n")
     rep = ingest_run(run, warehouse)
     by = {f.path: f for f in rep.files}

@@ -48,8 +48,10 @@ def _is_int(v: object) -> bool:
 
 def _sniff(head: str, path: Path, name_pattern: str, looks_like: Callable[[dict], bool]) -> bool:
     """Content first; a JSON-lines file named like the format is ours even when its first lines
-    are bad, so they are rejected with reasons rather than the file being left unrecognized."""
-    if any(looks_like(o) for o in first_json_objects(head)):
+    are bad, so they are rejected with reasons rather than the file being left unrecognized.
+    The first object alone decides most files (a step file of the format: one ``json.loads``
+    rather than five, for each of hundreds of files); the others, up to five."""
+    if any(looks_like(o) for o in first_json_objects(head, 1)) or any(looks_like(o) for o in first_json_objects(head)):
         return True
     return re.match(name_pattern, path.name) is not None and head.lstrip().startswith("{")
 

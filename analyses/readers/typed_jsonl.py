@@ -683,18 +683,20 @@ def first_json_objects(head: str, n: int = 5) -> list[dict]:
     """Up to ``n`` JSON objects from the first complete lines of ``head`` (for sniffing only);
     a line that is no JSON, or nests deeper than the reader accepts, is passed over.
 
-    Several readers sniff the same head in turn: the last head's objects are kept (read only)."""
+    Several readers sniff the same head in turn: the last head's objects are kept (read only),
+    and serve any ``n`` they cover (as many, or all the head holds)."""
     depth_limit = limits.current().max_json_depth
-    key = (head, n, depth_limit)
+    key = (head, depth_limit)
     last = _last_objects[0]  # one read: another thread may replace it
-    if last is not None and last[0] == key:
-        return last[1]
+    if last is not None and last[0] == key and (len(last[1]) >= n or last[2]):
+        return last[1] if len(last[1]) <= n else last[1][:n]
     out = _first_json_objects(head, n, depth_limit)
-    _last_objects[0] = (key, out)
+    _last_objects[0] = (key, out, len(out) < n)
     return out
 
 
-_last_objects: list[tuple[tuple[str, int, int], list[dict]] | None] = [None]
+# (head, depth limit), its first objects, and whether those are all it holds
+_last_objects: list[tuple[tuple[str, int], list[dict], bool] | None] = [None]
 
 
 def _first_json_objects(head: str, n: int, depth_limit: int) -> list[dict]:

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -167,14 +167,32 @@ def _read_ahead(group: list[_Pending]) -> FilesChunk | None:
     """On a read-ahead thread: each file's sha256, then the batch read at once (None: it cannot
     be, see :func:`_read_group`)."""
     try:  # one file too: its rows go on the part of the batches around it (one part, moved at the commit)
+        ctxs = []
         for g in group:
-            g.sha256 = file_sha256(g.path, g.before.st_size) if g.ctx.data is None else bytes_sha256(g.ctx.data)
-        return group[0].reader.read_many([g.ctx for g in group])  # type: ignore[attr-defined]
+            data = g.ctx.data if g.ctx.data is not None else _read_whole(g)
+            if data is None:
+                g.sha256 = file_sha256(g.path, g.before.st_size)
+                ctxs.append(g.ctx)
+                continue
+            g.sha256 = bytes_sha256(data if len(data) == g.before.st_size else data[:g.before.st_size])
+            ctxs.append(replace(g.ctx, data=data))
+        # each file read once for its hash and its lines (the bytes go with the batch: kept only
+        # by the files whose head held all of them, as before)
+        return group[0].reader.read_many(ctxs)  # type: ignore[attr-defined]
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException:  # noqa: BLE001 - (a polars panic too) read one by one: each file's error is its own
         pass
     return None
+
+
+def _read_whole(g: _Pending) -> bytes | None:
+    """The file's bytes as the batch's line split reads them (up to one byte past the largest
+    small file), or None when they are not the ``before.st_size`` bytes its hash covers (it grew
+    past that or shrank: hashed from the file as before, and the batch decides)."""
+    with open(g.path, "rb") as fh:
+        data = fh.read(SMALL_FILE_BYTES + 1)
+    return data if len(data) >= g.before.st_size else None
 
 
 def _read_group(group: list[_Pending], run_id: str, manifest: RunManifest, staging: RunStaging,

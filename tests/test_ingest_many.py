@@ -167,3 +167,38 @@ def test_consecutive_batches_stage_one_part(tmp_path: Path, monkeypatch: pytest.
     assert parts["samples"] == parts["turns"] == parts["tool_calls"] == 1, parts
     monkeypatch.setattr(MultiturnWorkloadReader, "read_many", ReaderBase.read_many)
     _same_as_read_alone(batched, run, tmp_path)
+
+
+def test_files_past_the_sniffed_head_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step files larger than the head detection reads are read once on the read-ahead thread for
+    their hash and their lines: the same rows, rejects (line numbers) and digests as reading
+    each file alone."""
+    import hashlib
+
+    import analyses.ingest_many as many
+    from analyses.readers.base import SNIFF_BYTES
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in (1, 2, 3):
+        # record 300 repeats record 2's (prompt_group_id 0, sample_id 1): rejected on line 300 of step 2
+        over = {"prompt_group_id": 0, "sample_id": 1} if step == 2 else {}
+        (run / f"multiturn_workload_step_{step}.jsonl").write_text(_multiturn(step, n=300, **over))
+    assert min(p.stat().st_size for p in run.iterdir()) > SNIFF_BYTES
+    read: list[int] = []
+    orig = many._read_whole
+
+    def spy(g):  # noqa: ANN001, ANN202
+        read.append(g.idx)
+        return orig(g)
+
+    monkeypatch.setattr(many, "_read_whole", spy)
+    batched = ingest_run(run, tmp_path / "batched", run_id="r")
+    assert len(read) == 3, read
+    monkeypatch.setattr(MultiturnWorkloadReader, "read_many", ReaderBase.read_many)
+    a = _same_as_read_alone(batched, run, tmp_path)
+    assert a["rejects"].select("path", "line_no", "reason").rows() == [
+        ("multiturn_workload_step_2.jsonl", 300, "duplicate record for this prompt_group_id and sample_id")]
+    assert a["samples"].height == 899
+    digests = dict(a["source_files"].select("path", "sha256").rows())
+    assert digests == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run.iterdir()}

@@ -12,7 +12,7 @@ import pytest
 
 from analyses.api import PolyTrace
 from analyses.ingest import ingest_run
-from analyses.steps import StepsAccumulator, step_keys_once
+from analyses.steps import StepsAccumulator, metric_ids, step_keys_once
 from analyses.table_checks import MAX_REPEATED_SHARE, check_repeated_partition, check_repeated_share
 from analyses.warehouse import scan_table
 
@@ -24,7 +24,7 @@ def _keys(line: list[int], metric: list[str], step: list[int] | None = None,
           is_val: list[bool] | None = None) -> np.ndarray | None:
     step = step if step is not None else line
     is_val = is_val if is_val is not None else [False] * len(line)
-    return step_keys_once(np.array(step), np.array(is_val), np.array(line), pl.Series(metric))
+    return step_keys_once(np.array(step), np.array(is_val), np.array(line), metric_ids(pl.Series(metric))[0])
 
 
 def test_step_keys_once_finds_a_name_twice_on_one_line_and_a_step_on_two_lines() -> None:

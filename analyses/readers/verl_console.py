@@ -443,7 +443,9 @@ def _templates(
             .with_columns(
                 prefix=pl.when(pl.col("key").is_not_null())
                 .then(pl.col("key") + ":")
-                .otherwise(pl.lit(_NO_KEY))
+                .otherwise(pl.lit(_NO_KEY)),
+                # categorical: gathered per pair as a code, and the steps accumulator reads the codes
+                metric=pl.col("metric").cast(pl.Categorical),
             )
         )
         hit = _TEMPLATE_CACHE[key] = (tmpl, bool(tmpl.get_column("bad").any()))
@@ -495,7 +497,7 @@ def _parse_rows(rows: pl.DataFrame, tmpl: pl.DataFrame, has_bad: bool) -> pl.Dat
         hit = pl.concat([hit.filter(~slow), hit.filter(slow).with_columns(fixed.get_column("value"))])
     if rest is None or rest.height == 0:
         return hit
-    return pl.concat([hit, _parse_pairs(rest.lazy()).select(_PAIR_COLS)])
+    return pl.concat([hit, _parse_pairs(rest.lazy()).select(_PAIR_COLS).with_columns(_CATEGORICAL_METRIC)])
 
 
 def _key_table(keys: pl.Series) -> pl.DataFrame:
@@ -522,9 +524,14 @@ def _canonical_per_row(keys: pl.DataFrame, any_renamed: bool) -> pl.Expr:
     return canonical_metric(pl.col("key"))
 
 
+# step_metrics.metric leaves the reader categorical (the staging casts it to the contract's string):
+# the steps accumulator then maps names to codes without hashing a row (analyses.steps.metric_ids)
+_CATEGORICAL_METRIC = pl.col("metric").cast(pl.Categorical)
+
+
 def _metric_rows(good: pl.DataFrame) -> pl.DataFrame:
     return good.select(
-        "step", "metric", "value", pl.col("key").alias("raw_metric"), "is_validation", "line_no"
+        "step", _CATEGORICAL_METRIC, "value", pl.col("key").alias("raw_metric"), "is_validation", "line_no"
     )
 
 

@@ -444,7 +444,7 @@ class StepsAccumulator:
         order = np.argsort(line_step, kind="stable")
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
-        row_line = np.repeat(np.cumsum(line_want) - 1, shape.cnt)[want]
+        row_line = (np.cumsum(line_want) - 1)[shape.row_line[want]]
         self._add_wide(path, line_step[order], rank[row_line], code[want], value.to_numpy()[want])
 
     def _add_any_order(self, path: str, step: np.ndarray, is_val: np.ndarray, line: np.ndarray,
@@ -482,13 +482,15 @@ class StepsAccumulator:
         present = np.flatnonzero(np.bincount(code, minlength=len(STEP_INPUT_METRICS)))
         col = np.zeros(len(STEP_INPUT_METRICS), dtype=np.int64)
         col[present] = np.arange(len(present))
-        vals = np.zeros((len(steps), len(present)), order="F")
-        mask = np.ones((len(steps), len(present)), dtype=bool, order="F")
-        vals[row, col[code]] = value
-        mask[row, col[code]] = False
+        n = len(steps)
+        at = col[code] * n + row  # column after column, each n long (a flat index: cheaper than 2-D)
+        vals = np.zeros(n * len(present))
+        mask = np.ones(n * len(present), dtype=bool)
+        vals[at] = value
+        mask[at] = False
         cols: dict[str, pa.Array] = {"step": pa.array(steps)}
         for j, c in enumerate(present.tolist()):
-            cols[STEP_INPUT_METRICS[c]] = pa.array(vals[:, j], mask=mask[:, j])
+            cols[STEP_INPUT_METRICS[c]] = pa.array(vals[j * n:(j + 1) * n], mask=mask[j * n:(j + 1) * n])
         self._wide.setdefault(path, []).append(pl.from_arrow(pa.table(cols)))  # type: ignore[arg-type]
 
     def _repeat_check(self, path: str, shape: ChunkLines | None) -> None:
@@ -617,10 +619,12 @@ def metric_ids(metric: pl.Series) -> tuple[np.ndarray, np.ndarray]:
 @dataclass(frozen=True)
 class ChunkLines:
     """A chunk's step-metric rows line by line (``start``, ``cnt``: each line's first row and row
-    count) and its distinct ``keys`` ``step * 2 + is_validation``, one per line and kind."""
+    count; ``row_line``: each row's line, 0 for the first) and its distinct ``keys``
+    ``step * 2 + is_validation``, one per line and kind."""
 
     start: np.ndarray
     cnt: np.ndarray
+    row_line: np.ndarray
     keys: np.ndarray
 
 
@@ -641,41 +645,43 @@ def chunk_lines(step: np.ndarray, is_val: np.ndarray, line: np.ndarray, ids: np.
     Without hashing every row: each line's names are compared, position by position, with those of
     the last line before it that has as many rows (a gather of the ids); a log repeats a few key
     sequences, so only the first line of each (a handful per chunk) is checked for a name given
-    twice.
+    twice. Per-line values reach the rows by a gather through ``row_line`` (``np.repeat`` by
+    counts costs several times more).
     """
     import numpy as np
 
     n = len(line)
     if n == 0:
         empty = np.empty(0, dtype=np.int64)
-        return ChunkLines(empty, empty, empty)
-    d = np.diff(line)
-    if (d < 0).any():
+        return ChunkLines(empty, empty, empty, empty)
+    new_line = np.empty(n, dtype=bool)
+    new_line[0] = True
+    np.greater(line[1:], line[:-1], out=new_line[1:])
+    if (line[1:] < line[:-1]).any():
         return None
-    if (step[1:] != step[:-1])[d == 0].any():  # a line of two steps: not a shape readers give
+    if (step[1:] != step[:-1])[~new_line[1:]].any():  # a line of two steps: not a shape readers give
         return None
-    start = np.flatnonzero(np.concatenate(([True], d != 0)))
+    start = np.flatnonzero(new_line)
+    row_line = np.cumsum(new_line) - 1
     cnt = np.diff(np.append(start, n))
     order = np.argsort(cnt, kind="stable")
     has = np.zeros(len(start), dtype=bool)
     has[order[1:]] = cnt[order[1:]] == cnt[order[:-1]]
     back = np.zeros(len(start), dtype=np.int64)  # rows back to the same position of that earlier line
-    back[order[1:]] = start[order[1:]] - start[order[:-1]]
-    earlier = np.arange(n) - np.repeat(np.where(has, back, 0), cnt)
-    same = ids[earlier] == ids
+    back[order[1:]] = np.where(has[order[1:]], start[order[1:]] - start[order[:-1]], 0)
+    same = ids[np.arange(n) - back[row_line]] == ids
     first = ~(np.logical_and.reduceat(same, start) & has)  # lines whose name sequence was not seen before
-    if first.any():
-        sel = np.repeat(first, cnt)
-        # (line, name) of those lines' rows, as one integer: a duplicate is a name given twice on a line
-        pair = np.repeat(np.arange(len(start)), cnt)[sel] * (int(ids.max()) + 1) + ids[sel]
-        if len(_np_unique(pair)) < len(pair):
-            return None
+    sel = first[row_line]
+    # (line, name) of those lines' rows, as one integer: a duplicate is a name given twice on a line
+    pair = row_line[sel] * (int(ids.max()) + 1) + ids[sel]
+    if len(_np_unique(pair)) < len(pair):
+        return None
     # a line may hold training and validation metrics: a key for each kind it holds
     line_step = step[start] * 2
     keys = np.concatenate([line_step[~np.logical_and.reduceat(is_val, start)],
                            line_step[np.logical_or.reduceat(is_val, start)] + 1])
     uniq = _np_unique(keys)
-    return ChunkLines(start, cnt, uniq) if len(uniq) == len(keys) else None
+    return ChunkLines(start, cnt, row_line, uniq) if len(uniq) == len(keys) else None
 
 
 def _unique_steps(parts: dict[str, list[np.ndarray]]) -> np.ndarray:

@@ -584,19 +584,23 @@ _DENSE_IDS_PER_ROW = 4
 _DENSE_IDS_SLACK = 1 << 16
 
 
-def metric_ids(metric: pl.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of a ``metric`` column: an integer equal for equal names (a null name is one more
+def metric_ids(metric: pl.Series) -> tuple[np.ndarray | pl.Series, np.ndarray]:
+    """Per row of a ``metric`` column: its ids, equal for equal names (a null name is one more
     name), and the name's index in :data:`STEP_INPUT_METRICS` (-1: not a step input).
 
-    Read off the categorical codes: a ``pl.Categorical`` column costs no hashing (the verl console
-    reader gives one, gathered from its per-batch key templates); a ``String`` one is cast first.
-    The step-input index is looked up once per distinct name.
+    A ``pl.Categorical`` column (the verl console reader gives one, gathered from its per-batch key
+    templates) is read off its codes, without hashing a row: the ids are the codes (numpy) and the
+    index is looked up once per distinct name. Any other column is taken as names (its ids are the
+    ``String`` column itself): casting it to a categorical would hash every row and, for a chunk of
+    many distinct names, cost more than the string compares it saves.
     """
     import numpy as np
     import polars as pl
 
     if metric.dtype != pl.Categorical:
-        metric = metric.cast(pl.String).cast(pl.Categorical)
+        names = metric.cast(pl.String)
+        code = names.replace_strict(_CODE, default=-1, return_dtype=pl.Int64).fill_null(-1).to_numpy()
+        return names, code
     phys = metric.to_physical()
     n = len(phys)
     top = int(phys.max() or 0) + 1
@@ -611,8 +615,8 @@ def metric_ids(metric: pl.Series) -> tuple[np.ndarray, np.ndarray]:
         distinct, at, ids = np.unique(ids, return_index=True, return_inverse=True)
         lut = np.full(len(distinct), -1, dtype=np.int64)
         distinct = np.arange(len(distinct))
-    names = metric.gather(pl.Series(at, dtype=pl.Int64)).cast(pl.String).to_list()
-    lut[distinct] = [_CODE.get(name, -1) if name is not None else -1 for name in names]
+    names = metric.gather(pl.Series(at, dtype=pl.Int64)).cast(pl.String)
+    lut[distinct] = names.replace_strict(_CODE, default=-1, return_dtype=pl.Int64).fill_null(-1).to_numpy()
     return ids, lut[ids]
 
 
@@ -628,7 +632,8 @@ class ChunkLines:
     keys: np.ndarray
 
 
-def step_keys_once(step: np.ndarray, is_val: np.ndarray, line: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+def step_keys_once(step: np.ndarray, is_val: np.ndarray, line: np.ndarray,
+                   ids: np.ndarray | pl.Series) -> np.ndarray | None:
     """The distinct ``step * 2 + is_validation`` keys of one chunk of a file's step metrics (rows
     in file order, ``line`` their line numbers, ``ids`` equal for equal metric names: see
     :func:`metric_ids`), or None when a (step, metric, is_validation) may occur twice in it; see
@@ -637,7 +642,8 @@ def step_keys_once(step: np.ndarray, is_val: np.ndarray, line: np.ndarray, ids: 
     return None if shape is None else shape.keys
 
 
-def chunk_lines(step: np.ndarray, is_val: np.ndarray, line: np.ndarray, ids: np.ndarray) -> ChunkLines | None:
+def chunk_lines(step: np.ndarray, is_val: np.ndarray, line: np.ndarray,
+                ids: np.ndarray | pl.Series) -> ChunkLines | None:
     """The chunk's lines and keys (:class:`ChunkLines`), or None when a (step, metric,
     is_validation) may occur twice in it: a line naming one metric twice, a key on two lines, a
     line of two steps, or rows not in line order (then it cannot be told cheaply).
@@ -669,13 +675,24 @@ def chunk_lines(step: np.ndarray, is_val: np.ndarray, line: np.ndarray, ids: np.
     has[order[1:]] = cnt[order[1:]] == cnt[order[:-1]]
     back = np.zeros(len(start), dtype=np.int64)  # rows back to the same position of that earlier line
     back[order[1:]] = np.where(has[order[1:]], start[order[1:]] - start[order[:-1]], 0)
-    same = ids[np.arange(n) - back[row_line]] == ids
+    earlier = np.arange(n) - back[row_line]
+    if isinstance(ids, np.ndarray):
+        same = ids[earlier] == ids
+    else:  # names: a gather of the string views
+        same = (ids.gather(earlier) == ids).fill_null(False).to_numpy()
     first = ~(np.logical_and.reduceat(same, start) & has)  # lines whose name sequence was not seen before
     sel = first[row_line]
-    # (line, name) of those lines' rows, as one integer: a duplicate is a name given twice on a line
-    pair = row_line[sel] * (int(ids.max()) + 1) + ids[sel]
-    if len(_np_unique(pair)) < len(pair):
-        return None
+    if isinstance(ids, np.ndarray):
+        # (line, name) of those lines' rows, as one integer: a duplicate is a name given twice on a line
+        pair = row_line[sel] * (int(ids.max()) + 1) + ids[sel]
+        if len(_np_unique(pair)) < len(pair):
+            return None
+    else:
+        import polars as pl
+
+        names = pl.DataFrame({"line": row_line[sel], "metric": ids.filter(pl.Series(sel))})
+        if names.select(pl.struct("line", "metric").is_duplicated().any()).item():
+            return None
     # a line may hold training and validation metrics: a key for each kind it holds
     line_step = step[start] * 2
     keys = np.concatenate([line_step[~np.logical_and.reduceat(is_val, start)],

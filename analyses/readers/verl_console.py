@@ -131,12 +131,14 @@ class VerlConsoleReader(ReaderBase):
                 yield parse_batch(batch.lines, self.cut_chars, n_lines=batch.n_lines)
             return
         # most of parse_batch runs single-threaded eager kernels that release the GIL, so batches
-        # are parsed on `workers` threads (in flight: at most `workers`, results in file order)
+        # are parsed on `workers` threads, results in file order; the next batch is submitted before
+        # the oldest result is handed on, so that every worker parses while the caller stages a chunk
+        # (at most `workers` parsing, one batch queued)
         with ThreadPoolExecutor(workers) as pool:
             pending: deque[Future[Chunk]] = deque()
             for batch in batches:
                 pending.append(pool.submit(parse_batch, batch.lines, self.cut_chars, batch.n_lines))
-                if len(pending) >= workers:
+                if len(pending) > workers:
                     yield pending.popleft().result()
             while pending:
                 yield pending.popleft().result()

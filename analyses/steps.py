@@ -384,124 +384,46 @@ class StepsAccumulator:
         self._step_keys: dict[str, list[np.ndarray]] = {}  # per file and chunk: its distinct (step, is_validation)
         self._repeats: set[str] = set()  # files in which some step-metric key may occur twice
 
-    def add(self, step_metrics: pl.DataFrame, path: str) -> None:
+    def add(self, step_metrics: pl.DataFrame, path: str, summary: ChunkSummary | None = None) -> None:
         """One chunk of ``step_metrics`` rows (any subset of the table's columns) of file ``path``.
 
-        The work is numpy on integers: ``metric`` is read through its categorical codes (a reader
-        that gives it as ``pl.Categorical`` saves the cast, see :func:`metric_ids`), and when the
-        chunk's rows come line by line with each (step, metric) once (:func:`step_keys_once`, the
-        shape of every clean log) the last value of each is the only one, so no dedupe is needed.
+        ``summary``: :func:`summarize_chunk` of these rows, when a reader worked it out already
+        (on its own thread, while the ingest stages the chunk before); else it is worked out here.
+        What depends on the chunks before (line order, repeats across chunks) is settled here.
         """
-        import numpy as np
-        import polars as pl
-
         if step_metrics.height == 0:
             return
+        s = summary if summary is not None else summarize_chunk(step_metrics)
         self._training.setdefault(path, [])
-        need = ("step", "metric", "value", "is_validation", "line_no")
-        if any(c not in step_metrics.columns for c in need):
-            self._in_order = False
-            self._repeats.add(path)
-            return
-        types = {"step": pl.Int64, "is_validation": pl.Boolean, "line_no": pl.Int64, "value": pl.Float64}
-        casts = [pl.col(c).cast(t, strict=False) for c, t in types.items() if step_metrics.schema[c] != t]
-        sm = step_metrics.with_columns(casts) if casts else step_metrics
-        # nulls make "last in (path, line) order" a question numpy cannot answer: staged path
-        if sum(sm.get_column(c).null_count() for c in ("step", "is_validation", "line_no")):
+        if s.unordered:
             self._in_order = False
             self._repeats.add(path)  # and whether a key repeats: the dedupe finds out
             return
-        step = sm.get_column("step").to_numpy()
-        is_val = sm.get_column("is_validation").to_numpy()
-        line = sm.get_column("line_no").to_numpy()
-        ids, code = metric_ids(sm.get_column("metric"))
-        shape = chunk_lines(step, is_val, line, ids)
-        self._repeat_check(path, shape)
+        self._repeat_check(path, s.keys)
         if not self._in_order:
             return  # the staged rows will be read anyway
         prev = self._max_line.get(path)
-        if prev is not None and int(line.min()) <= prev:
+        if prev is not None and s.line_min <= prev:
             self._in_order = False
             return
-        self._max_line[path] = int(line.max())
-        value = sm.get_column("value")
-        if shape is None:
-            self._add_any_order(path, step, is_val, line, value, code)
-            return
-        keys = shape.keys
-        self._training[path].append(keys[keys % 2 == 0] // 2)
-        self._val.setdefault(path, []).append(keys[keys % 2 == 1] // 2)
-        want = (code >= 0) & ~is_val
-        if not want.any():
-            return
-        # a null value is "logged, no value": derive_steps would let it hide an earlier value
-        if value.null_count() and value.is_null().to_numpy()[want].any():
+        self._max_line[path] = s.line_max
+        self._training[path].append(s.training)
+        self._val.setdefault(path, []).append(s.val)
+        if s.null_value:
             self._in_order = False
             return
-        # every (step, metric) once in the chunk: a step's training rows are one line's
-        line_want = np.logical_or.reduceat(want, shape.start)
-        line_step = step[shape.start][line_want]
-        order = np.argsort(line_step, kind="stable")
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        row_line = (np.cumsum(line_want) - 1)[shape.row_line[want]]
-        self._add_wide(path, line_step[order], rank[row_line], code[want], value.to_numpy()[want])
+        if s.wide is not None:
+            self._wide.setdefault(path, []).append(s.wide)
 
-    def _add_any_order(self, path: str, step: np.ndarray, is_val: np.ndarray, line: np.ndarray,
-                       value: pl.Series, code: np.ndarray) -> None:
-        """:meth:`add` for a chunk whose rows are not line by line with each key once: the last
-        row of each (step, metric) in line order."""
-        import numpy as np
-        import polars as pl
-
-        self._training[path].append(_np_unique(step[~is_val]))
-        self._val.setdefault(path, []).append(_np_unique(step[is_val]))
-        want = (code >= 0) & ~is_val
-        if not want.any():
-            return
-        w = pl.DataFrame({"step": step[want], "code": code[want], "value": value.filter(pl.Series(want)),
-                          "line_no": line[want]})
-        if w.get_column("value").null_count():  # as in add
-            self._in_order = False
-            return
-        if not w.get_column("line_no").is_sorted():
-            w = w.sort("line_no", maintain_order=True)
-        last = w.filter((pl.col("step") * len(STEP_INPUT_METRICS) + pl.col("code")).is_last_distinct())
-        l_step = last.get_column("step").to_numpy()
-        steps = _np_unique(l_step)
-        self._add_wide(path, steps, np.searchsorted(steps, l_step), last.get_column("code").to_numpy(),
-                       last.get_column("value").to_numpy())
-
-    def _add_wide(self, path: str, steps: np.ndarray, row: np.ndarray, code: np.ndarray, value: np.ndarray) -> None:
-        """Per step (sorted, distinct), a column per step metric present: value ``value[i]`` of
-        code ``code[i]`` goes to row ``row[i]`` (each (row, code) at most once); null elsewhere."""
-        import numpy as np
-        import polars as pl
-        import pyarrow as pa
-
-        present = np.flatnonzero(np.bincount(code, minlength=len(STEP_INPUT_METRICS)))
-        col = np.zeros(len(STEP_INPUT_METRICS), dtype=np.int64)
-        col[present] = np.arange(len(present))
-        n = len(steps)
-        at = col[code] * n + row  # column after column, each n long (a flat index: cheaper than 2-D)
-        vals = np.zeros(n * len(present))
-        mask = np.ones(n * len(present), dtype=bool)
-        vals[at] = value
-        mask[at] = False
-        cols: dict[str, pa.Array] = {"step": pa.array(steps)}
-        for j, c in enumerate(present.tolist()):
-            cols[STEP_INPUT_METRICS[c]] = pa.array(vals[j * n:(j + 1) * n], mask=mask[j * n:(j + 1) * n])
-        self._wide.setdefault(path, []).append(pl.from_arrow(pa.table(cols)))  # type: ignore[arg-type]
-
-    def _repeat_check(self, path: str, shape: ChunkLines | None) -> None:
+    def _repeat_check(self, path: str, keys: np.ndarray | None) -> None:
         """Note whether file ``path`` may log one (step, metric, is_validation) twice: on one line,
         or on two lines (a step logged again); see :func:`step_keys_once`."""
         if path in self._repeats:
             return
-        if shape is None:
+        if keys is None:
             self._repeats.add(path)
         else:
-            self._step_keys.setdefault(path, []).append(shape.keys)
+            self._step_keys.setdefault(path, []).append(keys)
 
     @property
     def repeated_paths(self) -> list[str]:
@@ -575,6 +497,109 @@ class StepsAccumulator:
                 is_val=pl.col("step").is_in(pl.Series(val, dtype=pl.Int64).implode()),
             )
         return steps_from_wide(wide, flags, self.step_attrs(), n_gpus)
+
+
+@dataclass(frozen=True)
+class ChunkSummary:
+    """What :meth:`StepsAccumulator.add` keeps of one chunk, worked out from the chunk alone
+    (:func:`summarize_chunk`, safe on any thread).
+
+    ``unordered``: a key column is missing or null (the staged rows decide); ``keys``: the
+    chunk's distinct ``step * 2 + is_validation`` or None when a key may repeat in it;
+    ``training`` / ``val``: its training / validation steps; ``null_value``: a step input logged
+    without a value; ``wide``: per step, the last value of each step input present.
+    """
+
+    unordered: bool = False
+    keys: np.ndarray | None = None
+    line_min: int = 0
+    line_max: int = 0
+    training: np.ndarray | None = None
+    val: np.ndarray | None = None
+    null_value: bool = False
+    wide: pl.DataFrame | None = None
+
+
+def summarize_chunk(step_metrics: pl.DataFrame) -> ChunkSummary:
+    """One chunk of ``step_metrics`` rows (height > 0) as :class:`ChunkSummary`.
+
+    The work is numpy on integers: ``metric`` is read through its categorical codes when it is
+    one (:func:`metric_ids`), and when the chunk's rows come line by line with each (step, metric)
+    once (:func:`chunk_lines`, the shape of every clean log) the last value of each is the only
+    one, so no dedupe is needed.
+    """
+    import numpy as np
+    import polars as pl
+
+    need = ("step", "metric", "value", "is_validation", "line_no")
+    if any(c not in step_metrics.columns for c in need):
+        return ChunkSummary(unordered=True)
+    types = {"step": pl.Int64, "is_validation": pl.Boolean, "line_no": pl.Int64, "value": pl.Float64}
+    casts = [pl.col(c).cast(t, strict=False) for c, t in types.items() if step_metrics.schema[c] != t]
+    sm = step_metrics.with_columns(casts) if casts else step_metrics
+    # nulls make "last in (path, line) order" a question numpy cannot answer: staged path
+    if sum(sm.get_column(c).null_count() for c in ("step", "is_validation", "line_no")):
+        return ChunkSummary(unordered=True)
+    step = sm.get_column("step").to_numpy()
+    is_val = sm.get_column("is_validation").to_numpy()
+    line = sm.get_column("line_no").to_numpy()
+    value = sm.get_column("value")
+    ids, code = metric_ids(sm.get_column("metric"))
+    shape = chunk_lines(step, is_val, line, ids)
+    base = {"keys": None if shape is None else shape.keys, "line_min": int(line.min()), "line_max": int(line.max())}
+    want = (code >= 0) & ~is_val
+    if shape is None:  # not line by line with each key once: the last row of each (step, metric) in line order
+        base.update(training=_np_unique(step[~is_val]), val=_np_unique(step[is_val]))
+        if not want.any():
+            return ChunkSummary(**base)
+        w = pl.DataFrame({"step": step[want], "code": code[want], "value": value.filter(pl.Series(want)),
+                          "line_no": line[want]})
+        if w.get_column("value").null_count():  # a null value is "logged, no value": see below
+            return ChunkSummary(**base, null_value=True)
+        if not w.get_column("line_no").is_sorted():
+            w = w.sort("line_no", maintain_order=True)
+        last = w.filter((pl.col("step") * len(STEP_INPUT_METRICS) + pl.col("code")).is_last_distinct())
+        l_step = last.get_column("step").to_numpy()
+        steps = _np_unique(l_step)
+        return ChunkSummary(**base, wide=_wide(steps, np.searchsorted(steps, l_step), last.get_column("code").to_numpy(),
+                                               last.get_column("value").to_numpy()))
+    keys = shape.keys
+    base.update(training=keys[keys % 2 == 0] // 2, val=keys[keys % 2 == 1] // 2)
+    if not want.any():
+        return ChunkSummary(**base)
+    # a null value is "logged, no value": derive_steps would let it hide an earlier value
+    if value.null_count() and value.is_null().to_numpy()[want].any():
+        return ChunkSummary(**base, null_value=True)
+    # every (step, metric) once in the chunk: a step's training rows are one line's
+    line_want = np.logical_or.reduceat(want, shape.start)
+    line_step = step[shape.start][line_want]
+    order = np.argsort(line_step, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    row_line = (np.cumsum(line_want) - 1)[shape.row_line[want]]
+    return ChunkSummary(**base, wide=_wide(line_step[order], rank[row_line], code[want], value.to_numpy()[want]))
+
+
+def _wide(steps: np.ndarray, row: np.ndarray, code: np.ndarray, value: np.ndarray) -> pl.DataFrame:
+    """Per step (sorted, distinct), a column per step metric present: value ``value[i]`` of code
+    ``code[i]`` goes to row ``row[i]`` (each (row, code) at most once); null elsewhere."""
+    import numpy as np
+    import polars as pl
+    import pyarrow as pa
+
+    present = np.flatnonzero(np.bincount(code, minlength=len(STEP_INPUT_METRICS)))
+    col = np.zeros(len(STEP_INPUT_METRICS), dtype=np.int64)
+    col[present] = np.arange(len(present))
+    n = len(steps)
+    at = col[code] * n + row  # column after column, each n long (a flat index: cheaper than 2-D)
+    vals = np.zeros(n * len(present))
+    mask = np.ones(n * len(present), dtype=bool)
+    vals[at] = value
+    mask[at] = False
+    cols: dict[str, pa.Array] = {"step": pa.array(steps)}
+    for j, c in enumerate(present.tolist()):
+        cols[STEP_INPUT_METRICS[c]] = pa.array(vals[j * n:(j + 1) * n], mask=mask[j * n:(j + 1) * n])
+    return pl.from_arrow(pa.table(cols))  # type: ignore[return-value]
 
 
 # metric_ids looks codes up in arrays as long as the largest code, unless that exceeds this many

@@ -96,17 +96,25 @@ def test_real_log_in_small_chunks_matches_derive_steps(real_file, rel: str) -> N
     if isinstance(reader, VerlConsoleReader):
         reader = VerlConsoleReader(batch_lines=64, max_workers=1)  # many chunks, steps split across them
     ctx = FileContext(run_id="r", path=path, rel_path=rel, manifest=RunManifest())
-    chunks, attrs = [], []
+    chunks, attrs, summaries = [], [], []
     for chunk in read_file(reader, ctx):
         if "step_metrics" in chunk.tables:
             chunks.append(chunk.tables["step_metrics"])
+            summaries.append(chunk.step_summary)
         if chunk.step_attrs is not None and chunk.step_attrs.height:
             attrs.append(chunk.step_attrs)
     assert chunks
     acc = _new(chunks, rel)
+    # the verl console reader summarizes its chunks on its parsing threads: the same steps
+    assert all(s is not None for s in summaries) == isinstance(reader, VerlConsoleReader)
+    given = StepsAccumulator()
+    for c, s in zip(chunks, summaries, strict=True):
+        given.add(c, rel, s)
     for a in attrs:
         acc.add_attrs(a, rel)
-    assert acc.exact
+        given.add_attrs(a, rel)
+    assert acc.exact and given.exact and given.repeated_paths == acc.repeated_paths
+    assert_frame_equal(given.finish(), acc.finish())
     # the staged attrs as the ingest used to read them back (every column, typed)
     typed = {"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean}
     staged = [a.select([(pl.col(c).cast(t) if c in a.columns else pl.lit(None, dtype=t)).alias(c)

@@ -65,7 +65,7 @@ import polars as pl
 from analyses.readers import limits
 from analyses.readers.base import Chunk, FileContext, ReaderBase, rejects_frame
 from analyses.readers.lines import iter_line_batches
-from analyses.steps import canonical_metric, is_validation_metric
+from analyses.steps import canonical_metric, is_validation_metric, summarize_chunk
 
 if TYPE_CHECKING:  # numpy is imported where it is used: detection never needs it
     import numpy as np
@@ -242,6 +242,8 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
         trunc_tail = trunc_tail.filter(alive)
 
     tables: dict[str, pl.DataFrame] = {"step_metrics": _metric_rows(pairs)}
+    # the steps accumulator's share of the work, here on the parsing thread (see Chunk.step_summary)
+    summary = summarize_chunk(tables["step_metrics"]) if tables["step_metrics"].height else None
     # one attribute row per parsed line, so that steps.truncated_line is a definite False (not
     # unknown) for every step whose line was read whole
     attrs = None
@@ -258,6 +260,7 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
     rej = pl.concat(parts_rej, how="vertical_relaxed") if parts_rej else None
     return Chunk(
         tables=tables,
+        step_summary=summary,
         step_attrs=attrs,
         rejects=rejects_frame(rej["line_no"], rej["reason"], rej["raw"]).sort("line_no")
         if rej is not None

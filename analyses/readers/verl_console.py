@@ -241,9 +241,12 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
         )
         trunc_tail = trunc_tail.filter(alive)
 
-    tables: dict[str, pl.DataFrame] = {"step_metrics": _metric_rows(pairs)}
-    # the steps accumulator's share of the work, here on the parsing thread (see Chunk.step_summary)
-    summary = summarize_chunk(tables["step_metrics"]) if tables["step_metrics"].height else None
+    rows = _metric_rows(pairs)
+    # the steps accumulator's share of the work, here on the parsing thread (see Chunk.step_summary),
+    # from the categorical names; the rows leave as strings, cast here rather than on the one thread
+    # that writes the staging
+    summary = summarize_chunk(rows) if rows.height else None
+    tables: dict[str, pl.DataFrame] = {"step_metrics": rows.with_columns(pl.col("metric").cast(pl.String))}
     # one attribute row per parsed line, so that steps.truncated_line is a definite False (not
     # unknown) for every step whose line was read whole
     attrs = None
@@ -529,8 +532,8 @@ def _canonical_per_row(keys: pl.DataFrame, any_renamed: bool) -> pl.Expr:
     return canonical_metric(pl.col("key"))
 
 
-# step_metrics.metric leaves the reader categorical (the staging casts it to the contract's string):
-# the steps accumulator then maps names to codes without hashing a row (analyses.steps.metric_ids)
+# the pairs' metric names are categorical (gathered as codes from the templates): the steps
+# summary maps them to step inputs without hashing a row (analyses.steps.metric_ids)
 _CATEGORICAL_METRIC = pl.col("metric").cast(pl.Categorical)
 
 

@@ -288,7 +288,7 @@ def ingest_file(
                 steps_acc.add_attrs(chunk.step_attrs, rel)
             sm = chunk.tables.get("step_metrics")
             if sm is not None:
-                steps_acc.add(sm, rel)
+                steps_acc.add(sm, rel, chunk.step_summary)
             stage_chunk(chunk, rel, prefix, staging, fr)
             first_reason = fr.first_reason
             emit("file_progress", {"path": rel, "lines": fr.lines, "rows": fr.rows_out})

@@ -384,81 +384,42 @@ class StepsAccumulator:
         self._step_keys: dict[str, list[np.ndarray]] = {}  # per file and chunk: its distinct (step, is_validation)
         self._repeats: set[str] = set()  # files in which some step-metric key may occur twice
 
-    def add(self, step_metrics: pl.DataFrame, path: str) -> None:
-        """One chunk of ``step_metrics`` rows (any subset of the table's columns) of file ``path``."""
-        import numpy as np
-        import polars as pl
+    def add(self, step_metrics: pl.DataFrame, path: str, summary: ChunkSummary | None = None) -> None:
+        """One chunk of ``step_metrics`` rows (any subset of the table's columns) of file ``path``.
 
+        ``summary``: :func:`summarize_chunk` of these rows, when a reader worked it out already
+        (on its own thread, while the ingest stages the chunk before); else it is worked out here.
+        What depends on the chunks before (line order, repeats across chunks) is settled here.
+        """
         if step_metrics.height == 0:
             return
+        s = summary if summary is not None else summarize_chunk(step_metrics)
         self._training.setdefault(path, [])
-        need = ("step", "metric", "value", "is_validation", "line_no")
-        if any(c not in step_metrics.columns for c in need):
-            self._in_order = False
-            self._repeats.add(path)
-            return
-        sm = step_metrics.select(
-            pl.col("step").cast(pl.Int64, strict=False),
-            pl.col("is_validation").cast(pl.Boolean, strict=False),
-            pl.col("line_no").cast(pl.Int64, strict=False),
-            pl.col("value").cast(pl.Float64, strict=False),
-            pl.col("metric").cast(pl.String),
-            code=pl.col("metric").cast(pl.String).replace_strict(_CODE, default=None, return_dtype=pl.Int64),
-        )
-        # nulls make "last in (path, line) order" a question numpy cannot answer: staged path
-        if sum(sm.get_column(c).null_count() for c in ("step", "is_validation", "line_no")):
+        if s.unordered:
             self._in_order = False
             self._repeats.add(path)  # and whether a key repeats: the dedupe finds out
             return
-        self._repeat_check(path, sm.get_column("step").to_numpy(), sm.get_column("is_validation").to_numpy(),
-                           sm.get_column("line_no").to_numpy(), sm.get_column("metric"))
+        self._repeat_check(path, s.keys)
         if not self._in_order:
             return  # the staged rows will be read anyway
-        line = sm.get_column("line_no").to_numpy()
         prev = self._max_line.get(path)
-        if prev is not None and int(line.min()) <= prev:
+        if prev is not None and s.line_min <= prev:
             self._in_order = False
             return
-        self._max_line[path] = int(line.max())
-        is_val = pl.col("is_validation")
-        self._training[path].append(sm.filter(~is_val).get_column("step").unique().to_numpy())
-        self._val.setdefault(path, []).append(sm.filter(is_val).get_column("step").unique().to_numpy())
-        want = sm.filter(pl.col("code").is_not_null() & ~is_val)
-        if want.height == 0:
-            return
-        # a null value is "logged, no value": derive_steps would let it hide an earlier value
-        if want.get_column("value").null_count():
+        self._max_line[path] = s.line_max
+        self._training[path].append(s.training)
+        self._val.setdefault(path, []).append(s.val)
+        if s.null_value:
             self._in_order = False
             return
-        if not want.get_column("line_no").is_sorted():
-            want = want.sort("line_no", maintain_order=True)
-        import pyarrow as pa
+        if s.wide is not None:
+            self._wide.setdefault(path, []).append(s.wide)
 
-        # the last row of each (step, metric) in line order
-        key = pl.col("step") * len(STEP_INPUT_METRICS) + pl.col("code")
-        last = want.filter(key.is_last_distinct())
-        l_step = last.get_column("step").to_numpy()
-        l_code = last.get_column("code").to_numpy()
-        l_val = last.get_column("value").to_numpy()
-        steps = _np_unique(l_step)
-        row = np.searchsorted(steps, l_step)
-        cols: dict[str, pa.Array] = {"step": pa.array(steps)}
-        for code in _np_unique(l_code):
-            sel = l_code == code
-            vals = np.zeros(len(steps))
-            mask = np.ones(len(steps), dtype=bool)
-            vals[row[sel]] = l_val[sel]
-            mask[row[sel]] = False
-            cols[STEP_INPUT_METRICS[int(code)]] = pa.array(vals, mask=mask)
-        self._wide.setdefault(path, []).append(pl.from_arrow(pa.table(cols)))  # type: ignore[arg-type]
-
-    def _repeat_check(self, path: str, step: np.ndarray, is_val: np.ndarray, line: np.ndarray,
-                      mcode: np.ndarray) -> None:
+    def _repeat_check(self, path: str, keys: np.ndarray | None) -> None:
         """Note whether file ``path`` may log one (step, metric, is_validation) twice: on one line,
         or on two lines (a step logged again); see :func:`step_keys_once`."""
         if path in self._repeats:
             return
-        keys = step_keys_once(step, is_val, line, mcode)
         if keys is None:
             self._repeats.add(path)
         else:
@@ -538,49 +499,231 @@ class StepsAccumulator:
         return steps_from_wide(wide, flags, self.step_attrs(), n_gpus)
 
 
-def step_keys_once(step: np.ndarray, is_val: np.ndarray, line: np.ndarray, metric: pl.Series) -> np.ndarray | None:
-    """The distinct ``step * 2 + is_validation`` keys of one chunk of a file's step metrics (rows in
-    file order, ``line`` their line numbers), or None when a (step, metric, is_validation) may occur
-    twice in it: a line naming one metric twice, a key on two lines, or rows not in line order (then
-    it cannot be told cheaply).
+@dataclass(frozen=True)
+class ChunkSummary:
+    """What :meth:`StepsAccumulator.add` keeps of one chunk, worked out from the chunk alone
+    (:func:`summarize_chunk`, safe on any thread).
 
-    Without hashing every row: each line's names are compared, position by position, with those of
-    the last line before it that has as many rows (a gather of the string views); a log repeats a
-    few key sequences, so only the first line of each (a handful per chunk) is checked for a name
-    given twice.
+    ``unordered``: a key column is missing or null (the staged rows decide); ``keys``: the
+    chunk's distinct ``step * 2 + is_validation`` or None when a key may repeat in it;
+    ``training`` / ``val``: its training / validation steps; ``null_value``: a step input logged
+    without a value; ``wide``: per step, the last value of each step input present.
+    """
+
+    unordered: bool = False
+    keys: np.ndarray | None = None
+    line_min: int = 0
+    line_max: int = 0
+    training: np.ndarray | None = None
+    val: np.ndarray | None = None
+    null_value: bool = False
+    wide: pl.DataFrame | None = None
+
+
+def summarize_chunk(step_metrics: pl.DataFrame) -> ChunkSummary:
+    """One chunk of ``step_metrics`` rows (height > 0) as :class:`ChunkSummary`.
+
+    The work is numpy on integers: ``metric`` is read through its categorical codes when it is
+    one (:func:`metric_ids`), and when the chunk's rows come line by line with each (step, metric)
+    once (:func:`chunk_lines`, the shape of every clean log) the last value of each is the only
+    one, so no dedupe is needed.
     """
     import numpy as np
     import polars as pl
 
+    need = ("step", "metric", "value", "is_validation", "line_no")
+    if any(c not in step_metrics.columns for c in need):
+        return ChunkSummary(unordered=True)
+    types = {"step": pl.Int64, "is_validation": pl.Boolean, "line_no": pl.Int64, "value": pl.Float64}
+    casts = [pl.col(c).cast(t, strict=False) for c, t in types.items() if step_metrics.schema[c] != t]
+    sm = step_metrics.with_columns(casts) if casts else step_metrics
+    # nulls make "last in (path, line) order" a question numpy cannot answer: staged path
+    if sum(sm.get_column(c).null_count() for c in ("step", "is_validation", "line_no")):
+        return ChunkSummary(unordered=True)
+    step = sm.get_column("step").to_numpy()
+    is_val = sm.get_column("is_validation").to_numpy()
+    line = sm.get_column("line_no").to_numpy()
+    value = sm.get_column("value")
+    ids, code = metric_ids(sm.get_column("metric"))
+    shape = chunk_lines(step, is_val, line, ids)
+    base = {"keys": None if shape is None else shape.keys, "line_min": int(line.min()), "line_max": int(line.max())}
+    want = (code >= 0) & ~is_val
+    if shape is None:  # not line by line with each key once: the last row of each (step, metric) in line order
+        base.update(training=_np_unique(step[~is_val]), val=_np_unique(step[is_val]))
+        if not want.any():
+            return ChunkSummary(**base)
+        w = pl.DataFrame({"step": step[want], "code": code[want], "value": value.filter(pl.Series(want)),
+                          "line_no": line[want]})
+        if w.get_column("value").null_count():  # a null value is "logged, no value": see below
+            return ChunkSummary(**base, null_value=True)
+        if not w.get_column("line_no").is_sorted():
+            w = w.sort("line_no", maintain_order=True)
+        last = w.filter((pl.col("step") * len(STEP_INPUT_METRICS) + pl.col("code")).is_last_distinct())
+        l_step = last.get_column("step").to_numpy()
+        steps = _np_unique(l_step)
+        return ChunkSummary(**base, wide=_wide(steps, np.searchsorted(steps, l_step), last.get_column("code").to_numpy(),
+                                               last.get_column("value").to_numpy()))
+    keys = shape.keys
+    base.update(training=keys[keys % 2 == 0] // 2, val=keys[keys % 2 == 1] // 2)
+    if not want.any():
+        return ChunkSummary(**base)
+    # a null value is "logged, no value": derive_steps would let it hide an earlier value
+    if value.null_count() and value.is_null().to_numpy()[want].any():
+        return ChunkSummary(**base, null_value=True)
+    # every (step, metric) once in the chunk: a step's training rows are one line's
+    line_want = np.logical_or.reduceat(want, shape.start)
+    line_step = step[shape.start][line_want]
+    order = np.argsort(line_step, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    row_line = (np.cumsum(line_want) - 1)[shape.row_line[want]]
+    return ChunkSummary(**base, wide=_wide(line_step[order], rank[row_line], code[want], value.to_numpy()[want]))
+
+
+def _wide(steps: np.ndarray, row: np.ndarray, code: np.ndarray, value: np.ndarray) -> pl.DataFrame:
+    """Per step (sorted, distinct), a column per step metric present: value ``value[i]`` of code
+    ``code[i]`` goes to row ``row[i]`` (each (row, code) at most once); null elsewhere."""
+    import numpy as np
+    import polars as pl
+    import pyarrow as pa
+
+    present = np.flatnonzero(np.bincount(code, minlength=len(STEP_INPUT_METRICS)))
+    col = np.zeros(len(STEP_INPUT_METRICS), dtype=np.int64)
+    col[present] = np.arange(len(present))
+    n = len(steps)
+    at = col[code] * n + row  # column after column, each n long (a flat index: cheaper than 2-D)
+    vals = np.zeros(n * len(present))
+    mask = np.ones(n * len(present), dtype=bool)
+    vals[at] = value
+    mask[at] = False
+    cols: dict[str, pa.Array] = {"step": pa.array(steps)}
+    for j, c in enumerate(present.tolist()):
+        cols[STEP_INPUT_METRICS[c]] = pa.array(vals[j * n:(j + 1) * n], mask=mask[j * n:(j + 1) * n])
+    return pl.from_arrow(pa.table(cols))  # type: ignore[return-value]
+
+
+# metric_ids looks codes up in arrays as long as the largest code, unless that exceeds this many
+# per row of the chunk (plus a slack): then it ranks them by a sort (a long process's global
+# categories may hold far more names than one chunk uses)
+_DENSE_IDS_PER_ROW = 4
+_DENSE_IDS_SLACK = 1 << 16
+
+
+def metric_ids(metric: pl.Series) -> tuple[np.ndarray | pl.Series, np.ndarray]:
+    """Per row of a ``metric`` column: its ids, equal for equal names (a null name is one more
+    name), and the name's index in :data:`STEP_INPUT_METRICS` (-1: not a step input).
+
+    A ``pl.Categorical`` column (the verl console reader gives one, gathered from its per-batch key
+    templates) is read off its codes, without hashing a row: the ids are the codes (numpy) and the
+    index is looked up once per distinct name. Any other column is taken as names (its ids are the
+    ``String`` column itself): casting it to a categorical would hash every row and, for a chunk of
+    many distinct names, cost more than the string compares it saves.
+    """
+    import numpy as np
+    import polars as pl
+
+    if metric.dtype != pl.Categorical:
+        names = metric.cast(pl.String)
+        code = names.replace_strict(_CODE, default=-1, return_dtype=pl.Int64).fill_null(-1).to_numpy()
+        return names, code
+    phys = metric.to_physical()
+    n = len(phys)
+    top = int(phys.max() or 0) + 1
+    ids = phys.fill_null(top).to_numpy()  # null: the name after every real one
+    if top <= _DENSE_IDS_PER_ROW * n + _DENSE_IDS_SLACK:
+        first = np.full(top + 1, -1, dtype=np.int64)
+        first[ids[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each id (the last write wins)
+        distinct = np.flatnonzero(first >= 0)
+        at = first[distinct]
+        lut = np.full(top + 1, -1, dtype=np.int64)
+    else:
+        distinct, at, ids = np.unique(ids, return_index=True, return_inverse=True)
+        lut = np.full(len(distinct), -1, dtype=np.int64)
+        distinct = np.arange(len(distinct))
+    names = metric.gather(pl.Series(at, dtype=pl.Int64)).cast(pl.String)
+    lut[distinct] = names.replace_strict(_CODE, default=-1, return_dtype=pl.Int64).fill_null(-1).to_numpy()
+    return ids, lut[ids]
+
+
+@dataclass(frozen=True)
+class ChunkLines:
+    """A chunk's step-metric rows line by line (``start``, ``cnt``: each line's first row and row
+    count; ``row_line``: each row's line, 0 for the first) and its distinct ``keys``
+    ``step * 2 + is_validation``, one per line and kind."""
+
+    start: np.ndarray
+    cnt: np.ndarray
+    row_line: np.ndarray
+    keys: np.ndarray
+
+
+def step_keys_once(step: np.ndarray, is_val: np.ndarray, line: np.ndarray,
+                   ids: np.ndarray | pl.Series) -> np.ndarray | None:
+    """The distinct ``step * 2 + is_validation`` keys of one chunk of a file's step metrics (rows
+    in file order, ``line`` their line numbers, ``ids`` equal for equal metric names: see
+    :func:`metric_ids`), or None when a (step, metric, is_validation) may occur twice in it; see
+    :func:`chunk_lines`."""
+    shape = chunk_lines(step, is_val, line, ids)
+    return None if shape is None else shape.keys
+
+
+def chunk_lines(step: np.ndarray, is_val: np.ndarray, line: np.ndarray,
+                ids: np.ndarray | pl.Series) -> ChunkLines | None:
+    """The chunk's lines and keys (:class:`ChunkLines`), or None when a (step, metric,
+    is_validation) may occur twice in it: a line naming one metric twice, a key on two lines, a
+    line of two steps, or rows not in line order (then it cannot be told cheaply).
+
+    Without hashing every row: each line's names are compared, position by position, with those of
+    the last line before it that has as many rows (a gather of the ids); a log repeats a few key
+    sequences, so only the first line of each (a handful per chunk) is checked for a name given
+    twice. Per-line values reach the rows by a gather through ``row_line`` (``np.repeat`` by
+    counts costs several times more).
+    """
+    import numpy as np
+
     n = len(line)
     if n == 0:
-        return np.empty(0, dtype=np.int64)
-    d = np.diff(line)
-    if (d < 0).any():
+        empty = np.empty(0, dtype=np.int64)
+        return ChunkLines(empty, empty, empty, empty)
+    new_line = np.empty(n, dtype=bool)
+    new_line[0] = True
+    np.greater(line[1:], line[:-1], out=new_line[1:])
+    if (line[1:] < line[:-1]).any():
         return None
-    start = np.flatnonzero(np.concatenate(([True], d != 0)))
+    if (step[1:] != step[:-1])[~new_line[1:]].any():  # a line of two steps: not a shape readers give
+        return None
+    start = np.flatnonzero(new_line)
+    row_line = np.cumsum(new_line) - 1
     cnt = np.diff(np.append(start, n))
     order = np.argsort(cnt, kind="stable")
     has = np.zeros(len(start), dtype=bool)
     has[order[1:]] = cnt[order[1:]] == cnt[order[:-1]]
     back = np.zeros(len(start), dtype=np.int64)  # rows back to the same position of that earlier line
-    back[order[1:]] = start[order[1:]] - start[order[:-1]]
-    earlier = np.arange(n) - np.repeat(np.where(has, back, 0), cnt)
-    same = (metric.gather(earlier) == metric).fill_null(False).to_numpy()
+    back[order[1:]] = np.where(has[order[1:]], start[order[1:]] - start[order[:-1]], 0)
+    earlier = np.arange(n) - back[row_line]
+    if isinstance(ids, np.ndarray):
+        same = ids[earlier] == ids
+    else:  # names: a gather of the string views
+        same = (ids.gather(earlier) == ids).fill_null(False).to_numpy()
     first = ~(np.logical_and.reduceat(same, start) & has)  # lines whose name sequence was not seen before
-    if first.any():
-        sel = np.repeat(first, cnt)
-        names = pl.DataFrame({"line": line[sel], "metric": metric.filter(pl.Series(sel))})
+    sel = first[row_line]
+    if isinstance(ids, np.ndarray):
+        # (line, name) of those lines' rows, as one integer: a duplicate is a name given twice on a line
+        pair = row_line[sel] * (int(ids.max()) + 1) + ids[sel]
+        if len(_np_unique(pair)) < len(pair):
+            return None
+    else:
+        import polars as pl
+
+        names = pl.DataFrame({"line": row_line[sel], "metric": ids.filter(pl.Series(sel))})
         if names.select(pl.struct("line", "metric").is_duplicated().any()).item():
             return None
-    if (step[1:] != step[:-1])[d == 0].any():  # a line of two steps: not a shape readers give
-        return None
     # a line may hold training and validation metrics: a key for each kind it holds
     line_step = step[start] * 2
     keys = np.concatenate([line_step[~np.logical_and.reduceat(is_val, start)],
                            line_step[np.logical_or.reduceat(is_val, start)] + 1])
     uniq = _np_unique(keys)
-    return uniq if len(uniq) == len(keys) else None
+    return ChunkLines(start, cnt, row_line, uniq) if len(uniq) == len(keys) else None
 
 
 def _unique_steps(parts: dict[str, list[np.ndarray]]) -> np.ndarray:

@@ -4,6 +4,7 @@ in ``run_overview``, and a warning check fires when a run repeats more than a sm
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from analyses.api import PolyTrace
 from analyses.ingest import ingest_run
-from analyses.steps import StepsAccumulator, step_keys_once
+from analyses.steps import StepsAccumulator, metric_ids, step_keys_once
 from analyses.table_checks import MAX_REPEATED_SHARE, check_repeated_partition, check_repeated_share
 from analyses.warehouse import scan_table
 
@@ -20,14 +21,21 @@ QWEN = "verl/Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567.log"
 KEY = ["step", "metric", "is_validation"]
 
 
-def _keys(line: list[int], metric: list[str], step: list[int] | None = None,
-          is_val: list[bool] | None = None) -> np.ndarray | None:
-    step = step if step is not None else line
-    is_val = is_val if is_val is not None else [False] * len(line)
-    return step_keys_once(np.array(step), np.array(is_val), np.array(line), pl.Series(metric))
+@pytest.fixture(params=[pl.String, pl.Categorical])
+def _keys(request: pytest.FixtureRequest) -> Callable[..., np.ndarray | None]:
+    """step_keys_once on string names and on categorical codes (the verl console reader's)."""
+
+    def keys(line: list[int], metric: list[str], step: list[int] | None = None,
+             is_val: list[bool] | None = None) -> np.ndarray | None:
+        step = step if step is not None else line
+        is_val = is_val if is_val is not None else [False] * len(line)
+        ids = metric_ids(pl.Series(metric, dtype=request.param))[0]
+        return step_keys_once(np.array(step), np.array(is_val), np.array(line), ids)
+
+    return keys
 
 
-def test_step_keys_once_finds_a_name_twice_on_one_line_and_a_step_on_two_lines() -> None:
+def test_step_keys_once_finds_a_name_twice_on_one_line_and_a_step_on_two_lines(_keys: Callable) -> None:
     # three lines with the same names, one step each: the keys 2*step
     assert _keys([1, 1, 2, 2, 3, 3], ["a", "b"] * 3).tolist() == [2, 4, 6]
     # line 2 names `a` twice (its sequence differs from line 1's, so it is checked by itself)

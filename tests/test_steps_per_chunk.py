@@ -10,12 +10,13 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from analyses import steps as steps_mod
 from analyses.manifest import RunManifest
 from analyses.readers import detect, read_file
 from analyses.readers.base import FileContext
 from analyses.readers.verl_console import VerlConsoleReader
 from analyses.schema import STEP_METRICS, conform
-from analyses.steps import StepsAccumulator, derive_steps
+from analyses.steps import STEP_INPUT_METRICS, StepsAccumulator, derive_steps, metric_ids
 
 
 def _rows(step: list[int], metric: list[str], value: list[float], line_no: list[int], val: bool = False) -> pl.DataFrame:
@@ -95,17 +96,25 @@ def test_real_log_in_small_chunks_matches_derive_steps(real_file, rel: str) -> N
     if isinstance(reader, VerlConsoleReader):
         reader = VerlConsoleReader(batch_lines=64, max_workers=1)  # many chunks, steps split across them
     ctx = FileContext(run_id="r", path=path, rel_path=rel, manifest=RunManifest())
-    chunks, attrs = [], []
+    chunks, attrs, summaries = [], [], []
     for chunk in read_file(reader, ctx):
         if "step_metrics" in chunk.tables:
             chunks.append(chunk.tables["step_metrics"])
+            summaries.append(chunk.step_summary)
         if chunk.step_attrs is not None and chunk.step_attrs.height:
             attrs.append(chunk.step_attrs)
     assert chunks
     acc = _new(chunks, rel)
+    # the verl console reader summarizes its chunks on its parsing threads: the same steps
+    assert all(s is not None for s in summaries) == isinstance(reader, VerlConsoleReader)
+    given = StepsAccumulator()
+    for c, s in zip(chunks, summaries, strict=True):
+        given.add(c, rel, s)
     for a in attrs:
         acc.add_attrs(a, rel)
-    assert acc.exact
+        given.add_attrs(a, rel)
+    assert acc.exact and given.exact and given.repeated_paths == acc.repeated_paths
+    assert_frame_equal(given.finish(), acc.finish())
     # the staged attrs as the ingest used to read them back (every column, typed)
     typed = {"step": pl.Int64, "ts": pl.Datetime("us", "UTC"), "truncated_line": pl.Boolean}
     staged = [a.select([(pl.col(c).cast(t) if c in a.columns else pl.lit(None, dtype=t)).alias(c)
@@ -113,3 +122,53 @@ def test_real_log_in_small_chunks_matches_derive_steps(real_file, rel: str) -> N
     old = _old(chunks, rel, pl.concat(staged) if staged else None)
     assert old.height > 0
     assert_frame_equal(acc.finish(), old)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_metric_ids_equal_for_equal_names_and_step_input_codes(monkeypatch: pytest.MonkeyPatch, dense: bool) -> None:
+    if not dense:  # the sort path, taken when the global categories hold many more names than the chunk
+        monkeypatch.setattr(steps_mod, "_DENSE_IDS_PER_ROW", 0)
+        monkeypatch.setattr(steps_mod, "_DENSE_IDS_SLACK", 0)
+    names = ["timing_s/gen", "x/y", None, "timing_s/gen", "timing_s/step", None]
+    gen, step = STEP_INPUT_METRICS.index("timing_s/gen"), STEP_INPUT_METRICS.index("timing_s/step")
+    ids, code = metric_ids(pl.Series(names, dtype=pl.Categorical))
+    assert code.tolist() == [gen, -1, -1, gen, step, -1]
+    assert ids[0] == ids[3] and ids[2] == ids[5]  # a null name is a name too
+    assert len({int(ids[i]) for i in (0, 1, 2, 4)}) == 4
+    names_again, code = metric_ids(pl.Series(names, dtype=pl.String))  # names are their own ids
+    assert code.tolist() == [gen, -1, -1, gen, step, -1] and names_again.to_list() == names
+
+
+def test_categorical_chunk_with_steps_going_back_a_validation_line_and_a_null_name() -> None:
+    # one chunk, line by line: steps 7, 8 then (a restart) 1, 2 (no key twice: the fast path); line 4
+    # holds a validation metric of step 1 beside its training ones; line 5 a name the reader lost (step 2
+    # has no timing_s/step: its step time is the sum of its stages, gen)
+    rows = pl.DataFrame({
+        "step": [7, 7, 8, 8, 1, 1, 1, 2, 2],
+        "metric": ["timing_s/gen", "timing_s/step", "timing_s/gen", "timing_s/step", "timing_s/gen",
+                   "timing_s/step", "val-core/acc", "timing_s/gen", None],
+        "value": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.5, 7.0, 8.0],
+        "line_no": [1, 1, 2, 2, 4, 4, 4, 5, 5],
+        "is_validation": [False] * 6 + [True, False, False],
+    }).with_columns(pl.col("metric").cast(pl.Categorical))
+    acc = _new([rows])
+    assert acc.exact and acc.repeated_paths == []
+    got = acc.finish()
+    assert got.select("step", "gen_time_s", "step_time_s", "has_validation").rows() == [
+        (1, 5.0, 6.0, True), (2, 7.0, 7.0, False), (7, 1.0, 2.0, False), (8, 3.0, 4.0, False)]
+    assert_frame_equal(got, _old([rows.with_columns(pl.col("metric").cast(pl.String))]))
+
+
+def test_a_metric_twice_on_a_categorical_line_is_a_repeat() -> None:
+    # lines 2 and 3 share a sequence that names timing_s/gen twice: the first of them is checked
+    rows = pl.DataFrame({
+        "step": [1, 1, 2, 2, 3, 3], "line_no": [1, 1, 2, 2, 3, 3], "value": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        "metric": ["timing_s/gen", "timing_s/step", "timing_s/gen", "timing_s/gen", "timing_s/gen", "timing_s/gen"],
+        "is_validation": [False] * 6,
+    }).with_columns(pl.col("metric").cast(pl.Categorical))
+    acc = _new([rows])
+    assert acc.repeated_paths == ["a.log"]
+    assert acc.exact  # the last value still wins, through the path that dedupes
+    got = acc.finish()
+    assert got.select("step", "gen_time_s", "step_time_s").rows() == [(1, 1.0, 2.0), (2, 4.0, 4.0), (3, 6.0, 6.0)]
+    assert_frame_equal(got, _old([rows.with_columns(pl.col("metric").cast(pl.String))]))

@@ -11,12 +11,15 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 import polars as pl
 
 from analyses.manifest import RunManifest
 from analyses.schema import RAW_MAX_CHARS
+
+if TYPE_CHECKING:
+    from analyses.steps import ChunkSummary
 
 SNIFF_BYTES = 64 * 1024
 _HEAD_FEED = 8 * 1024  # compressed bytes per decompress call while reading a gzip head
@@ -45,7 +48,9 @@ class Chunk:
     ``tables`` maps a table name to a frame with any subset of that table's columns (the
     ingest conforms it). ``step_attrs`` has what a reader saw of each step besides its metrics
     (any of ``step``, ``ts``, ``truncated_line``); the ingest merges it into ``steps``.
-    ``rejects`` has columns ``line_no, reason, raw``.
+    ``rejects`` has columns ``line_no, reason, raw``. ``step_summary``: optionally, what the
+    ingest's steps accumulator keeps of ``tables["step_metrics"]``
+    (:func:`analyses.steps.summarize_chunk`), worked out on the reader's own thread.
     """
 
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
@@ -55,6 +60,7 @@ class Chunk:
     rows_ok: int = 0
     rows_rejected: int = 0
     rows_skipped: int = 0
+    step_summary: ChunkSummary | None = None
 
 
 @dataclass

@@ -65,7 +65,7 @@ import polars as pl
 from analyses.readers import limits
 from analyses.readers.base import Chunk, FileContext, ReaderBase, rejects_frame
 from analyses.readers.lines import iter_line_batches
-from analyses.steps import canonical_metric, is_validation_metric
+from analyses.steps import canonical_metric, is_validation_metric, summarize_chunk
 
 if TYPE_CHECKING:  # numpy is imported where it is used: detection never needs it
     import numpy as np
@@ -131,12 +131,14 @@ class VerlConsoleReader(ReaderBase):
                 yield parse_batch(batch.lines, self.cut_chars, n_lines=batch.n_lines)
             return
         # most of parse_batch runs single-threaded eager kernels that release the GIL, so batches
-        # are parsed on `workers` threads (in flight: at most `workers`, results in file order)
+        # are parsed on `workers` threads, results in file order; the next batch is submitted before
+        # the oldest result is handed on, so that every worker parses while the caller stages a chunk
+        # (at most `workers` parsing, one batch queued)
         with ThreadPoolExecutor(workers) as pool:
             pending: deque[Future[Chunk]] = deque()
             for batch in batches:
                 pending.append(pool.submit(parse_batch, batch.lines, self.cut_chars, batch.n_lines))
-                if len(pending) >= workers:
+                if len(pending) > workers:
                     yield pending.popleft().result()
             while pending:
                 yield pending.popleft().result()
@@ -239,7 +241,12 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
         )
         trunc_tail = trunc_tail.filter(alive)
 
-    tables: dict[str, pl.DataFrame] = {"step_metrics": _metric_rows(pairs)}
+    rows = _metric_rows(pairs)
+    # the steps accumulator's share of the work, here on the parsing thread (see Chunk.step_summary),
+    # from the categorical names; the rows leave as strings, cast here rather than on the one thread
+    # that writes the staging
+    summary = summarize_chunk(rows) if rows.height else None
+    tables: dict[str, pl.DataFrame] = {"step_metrics": rows.with_columns(pl.col("metric").cast(pl.String))}
     # one attribute row per parsed line, so that steps.truncated_line is a definite False (not
     # unknown) for every step whose line was read whole
     attrs = None
@@ -256,6 +263,7 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
     rej = pl.concat(parts_rej, how="vertical_relaxed") if parts_rej else None
     return Chunk(
         tables=tables,
+        step_summary=summary,
         step_attrs=attrs,
         rejects=rejects_frame(rej["line_no"], rej["reason"], rej["raw"]).sort("line_no")
         if rej is not None
@@ -443,7 +451,9 @@ def _templates(
             .with_columns(
                 prefix=pl.when(pl.col("key").is_not_null())
                 .then(pl.col("key") + ":")
-                .otherwise(pl.lit(_NO_KEY))
+                .otherwise(pl.lit(_NO_KEY)),
+                # categorical: gathered per pair as a code, and the steps accumulator reads the codes
+                metric=pl.col("metric").cast(pl.Categorical),
             )
         )
         hit = _TEMPLATE_CACHE[key] = (tmpl, bool(tmpl.get_column("bad").any()))
@@ -495,7 +505,7 @@ def _parse_rows(rows: pl.DataFrame, tmpl: pl.DataFrame, has_bad: bool) -> pl.Dat
         hit = pl.concat([hit.filter(~slow), hit.filter(slow).with_columns(fixed.get_column("value"))])
     if rest is None or rest.height == 0:
         return hit
-    return pl.concat([hit, _parse_pairs(rest.lazy()).select(_PAIR_COLS)])
+    return pl.concat([hit, _parse_pairs(rest.lazy()).select(_PAIR_COLS).with_columns(_CATEGORICAL_METRIC)])
 
 
 def _key_table(keys: pl.Series) -> pl.DataFrame:
@@ -522,9 +532,14 @@ def _canonical_per_row(keys: pl.DataFrame, any_renamed: bool) -> pl.Expr:
     return canonical_metric(pl.col("key"))
 
 
+# the pairs' metric names are categorical (gathered as codes from the templates): the steps
+# summary maps them to step inputs without hashing a row (analyses.steps.metric_ids)
+_CATEGORICAL_METRIC = pl.col("metric").cast(pl.Categorical)
+
+
 def _metric_rows(good: pl.DataFrame) -> pl.DataFrame:
     return good.select(
-        "step", "metric", "value", pl.col("key").alias("raw_metric"), "is_validation", "line_no"
+        "step", _CATEGORICAL_METRIC, "value", pl.col("key").alias("raw_metric"), "is_validation", "line_no"
     )
 
 

@@ -105,6 +105,7 @@ class Run:
     seconds: float
     rss_mb: float  # decimal MB (10^6 bytes), as the issue's bounds are written (1 GB, 4 GB)
     stdout: str
+    faults: int = 0  # page faults served without I/O (ru_minflt): each a first touch of a page
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None, before: Callable[[], None] | None = None) -> Run:
@@ -122,7 +123,7 @@ def run(cmd: list[str], env: dict[str, str] | None = None, before: Callable[[], 
         text = out.read().decode()
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{text[-2000:]}\n{err.read().decode()[-2000:]}")
-    return Run(secs, usage.ru_maxrss * 1024 / 1e6, text)  # ru_maxrss is in KiB
+    return Run(secs, usage.ru_maxrss * 1024 / 1e6, text, usage.ru_minflt)  # ru_maxrss is in KiB
 
 
 def interleaved(cmds: dict[str, tuple[list[str], dict | None, Callable[[], None] | None]],
@@ -147,6 +148,25 @@ def load() -> str:
     return "{:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
 
 
+_PAGE_TOUCH = """
+import time, numpy as np
+n = 256 * 1024 * 1024 // 8
+t0 = time.perf_counter(); a = np.ones(n); t1 = time.perf_counter(); del a
+b = np.ones(n); t2 = time.perf_counter()
+pages = n * 8 / 4096
+print(f"{(t1 - t0) / pages * 1e6:.1f} {(t2 - t1) / pages * 1e6:.1f}")
+"""
+
+
+def page_touch_us() -> str:
+    """What a page of memory costs this machine the first time a fresh process touches it, and again
+    once the process has had it (µs, 256 MiB each way). On the shared VM the first ranged from ~0.6 to
+    ~12 µs from day to day, and every whole-command time here moves with it: a command that maps
+    and fills more memory than its alternative (imports, two DuckDB instances) pays more."""
+    out = subprocess.run([PY, "-c", _PAGE_TOUCH], capture_output=True, text=True, check=True).stdout.split()
+    return f"first touch of a page {out[0]} us, again {out[1]} us"
+
+
 @dataclass
 class Result:
     target: str
@@ -164,7 +184,7 @@ class Result:
 
     def row(self) -> str:
         op = ">=" if self.higher_is_better else "<="
-        return (f"| {self.target} | {self.what} | {self.value:.3g} {self.unit} | {op} {self.bound:g} {self.unit} | "
+        return (f"| {self.target} | {self.what} | {self.value:.3g} {self.unit} | {op} {self.bound:.4g} {self.unit} | "
                 f"{self.verdict} | {self.load} |")
 
 
@@ -243,7 +263,7 @@ def section_small(work: Path, repeat: int, results: list[Result]) -> None:
     }
     got = interleaved(cmds, repeat)
     for k, runs in got.items():
-        print(f"  {k}: best {best(runs):.3f} s {shown(runs)}", flush=True)
+        print(f"  {k}: best {best(runs):.3f} s {shown(runs)}, {min(r.faults for r in runs):,} page faults", flush=True)
     ratio = best(got["polytrace ingest"]) / best(got["json.loads loop"])
     print(f"  ({desc}; ingest / loop = {ratio:.1f}x)", flush=True)
     results.append(Result("3", f"ingest of {SMALL_FILES} packed step files / json.loads loop", ratio, 4, "x", False,
@@ -454,8 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{POLYTRACE}: not installed (make install)")
     warm_bytecode()
     t0 = time.perf_counter()
-    print(f"machine: {os.cpu_count()} CPUs, load average {load()}; best of {a.repeat}, whole processes, interleaved",
-          flush=True)
+    print(f"machine: {os.cpu_count()} CPUs, load average {load()}, {page_touch_us()}; best of {a.repeat}, "
+          "whole processes, interleaved", flush=True)
     results: list[Result] = []
     sections = (("startup", lambda: section_startup(a.work, a.repeat, results)),
                 ("small", lambda: section_small(a.work, a.repeat, results)),

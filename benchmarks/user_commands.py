@@ -21,7 +21,7 @@ Sections (``--only`` picks some):
   where the time went (each job kind's step times from the instance, Dagster around them, the rest).
   Beside it, interleaved, the demo of the commit whose times the issue's bound was written from
   (``--demo-baseline``, default :data:`DEMO_BASELINE`), on the same corpus: the ratio to it, against
-  the issue's bound over that commit's time then (this VM's speed for the same code has moved 2x).
+  the issue's bound over that commit's time then (the same code's demo took 2x as long a day later).
 * ``large`` (targets 2 and 5, only with ``--large``): a verl console log of ``--size-gb`` (the
   real Qwen log repeated with renumbered steps) ingested whole vs DuckDB ``read_csv`` of the same
   bytes as one VARCHAR column (2 threads), peak RSS of the ingest; ``--v2-gb`` of PolyTrace v2
@@ -160,9 +160,11 @@ print(f"{(t1 - t0) / pages * 1e6:.1f} {(t2 - t1) / pages * 1e6:.1f}")
 
 def page_touch_us() -> str:
     """What a page of memory costs this machine the first time a fresh process touches it, and again
-    once the process has had it (µs, 256 MiB each way). On the shared VM the first ranged from ~0.6 to
-    ~12 µs from day to day, and every whole-command time here moves with it: a command that maps
-    and fills more memory than its alternative (imports, two DuckDB instances) pays more."""
+    once the process has had it (µs, 256 MiB each way): recorded beside the times as the machine's
+    state. On the shared VM the first touch is ~0.6 µs right after another process freed memory
+    and 7-12 µs after a few idle seconds (freed memory goes back to the host), and the fit unit's
+    time has moved 10x between days. It is context, not a correction: the 315-file ingest took
+    the same time after 4 idle seconds as right after a process freed 512 MiB."""
     out = subprocess.run([PY, "-c", _PAGE_TOUCH], capture_output=True, text=True, check=True).stdout.split()
     return f"first touch of a page {out[0]} us, again {out[1]} us"
 
@@ -300,9 +302,8 @@ def demo_breakdown(home: Path, wall: float) -> str:
 
 # The commit whose `make bench` gave the issue's "today" for target 6 (2026-11-26 10:16 UTC, quiet:
 # demo best 18.0 s, cross-run job best 8.6 s; benchmarks/README.md, "Measured (2026-11-26 morning").
-# The same code on the same corpus takes twice that on this VM on other days (the first touch of a
-# page moved between ~0.6 and ~12 us), so its demo is run beside ours and the bounds are scaled by
-# how long it takes now.
+# The same code on the same corpus took twice that on this VM on 2026-11-27 (38.5 s, quiet), so
+# its demo is run beside ours and the bounds are scaled by how long it takes now.
 DEMO_BASELINE = "9ebd5a0"
 DEMO_BASELINE_THEN = (18.0, 8.6)
 

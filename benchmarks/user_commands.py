@@ -310,7 +310,7 @@ DEMO_BASELINE_THEN = (18.0, 8.6)
 
 def baseline_tree(work: Path, rev: str) -> Path:
     """A checkout of ``rev`` under ``work`` (a detached git worktree, made once, its bytecode written)."""
-    tree = work / f"demo-baseline-{rev}"
+    tree = work / f"tree-{rev}"
     if not (tree / "pipelines" / "demo.py").exists():
         shutil.rmtree(tree, ignore_errors=True)
         subprocess.run(["git", "worktree", "prune"], cwd=REPO, check=True)

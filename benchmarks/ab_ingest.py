@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from user_commands import PY, baseline_tree, load  # noqa: E402
+from user_commands import PY, baseline_tree, load, run, warm_bytecode  # noqa: E402
 
 INPUTS = {  # name -> (path under --work, rounds)
     "verl log 601 MB": ("verl_console_0.6gb.log", 3),
@@ -37,15 +35,9 @@ INPUTS = {  # name -> (path under --work, rounds)
 def ingest(tree: Path, src: Path, wh: Path) -> tuple[float, float, float]:
     """(wall s, user+sys s, peak RSS MiB) of one ingest of ``src`` by the code in ``tree``."""
     shutil.rmtree(wh, ignore_errors=True)
-    env = {**os.environ, "PYTHONPATH": str(tree), "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")}
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([PY, "-m", "analyses.cli", "ingest", str(src), "--warehouse", str(wh), "-q"], cwd=tree,
-                            env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"ingest of {src} by {tree} failed")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    r = run([PY, "-m", "analyses.cli", "ingest", str(src), "--warehouse", str(wh), "-q"], env={"PYTHONPATH": str(tree)},
+            cwd=tree)  # POLARS_MAX_THREADS=2 unless set: user_commands sets its default on import
+    return r.seconds, r.cpu, r.rss_mb * 1e6 / 2**20
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("POLYTRACE_BENCH_WORK", "/tmp/polytrace-bench")))
     a = ap.parse_args(argv)
     trees = {a.base: baseline_tree(a.work, a.base), "this tree": REPO}
-    subprocess.run([PY, "-m", "compileall", "-q", "analyses", "pipelines"], cwd=REPO, check=True,
-                   stdout=subprocess.DEVNULL)
+    warm_bytecode()
     print(f"load average {load()}; best of each, interleaved", flush=True)
     print("| input | side | best wall | best CPU | peak RSS |\n|---|---|---:|---:|---:|")
     for name, (rel, rounds) in INPUTS.items():

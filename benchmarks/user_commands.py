@@ -106,15 +106,18 @@ class Run:
     rss_mb: float  # decimal MB (10^6 bytes), as the issue's bounds are written (1 GB, 4 GB)
     stdout: str
     faults: int = 0  # page faults served without I/O (ru_minflt): each a first touch of a page
+    cpu: float = 0.0  # user + system seconds
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None, before: Callable[[], None] | None = None) -> Run:
-    """``cmd`` as its own process: wall time from spawn to exit, its peak RSS (``wait4``)."""
+def run(cmd: list[str], env: dict[str, str] | None = None, before: Callable[[], None] | None = None,
+        cwd: Path = REPO) -> Run:
+    """``cmd`` as its own process (in ``cwd``): wall time from spawn to exit, its peak RSS and CPU
+    (``wait4``)."""
     if before is not None:
         before()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=REPO, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, env={**os.environ, **(env or {})})
         _, status, usage = os.wait4(proc.pid, 0)
         secs = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -123,7 +126,8 @@ def run(cmd: list[str], env: dict[str, str] | None = None, before: Callable[[], 
         text = out.read().decode()
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{text[-2000:]}\n{err.read().decode()[-2000:]}")
-    return Run(secs, usage.ru_maxrss * 1024 / 1e6, text, usage.ru_minflt)  # ru_maxrss is in KiB
+    return Run(secs, usage.ru_maxrss * 1024 / 1e6, text, usage.ru_minflt,  # ru_maxrss is in KiB
+               usage.ru_utime + usage.ru_stime)
 
 
 def interleaved(cmds: dict[str, tuple[list[str], dict | None, Callable[[], None] | None]],
@@ -227,12 +231,12 @@ def packed_steps(work: Path, n: int = SMALL_FILES) -> tuple[Path, str]:
     return run_dir, f"{n} files, {size / 1e6:.1f} MB, from {src_dir.relative_to(src_dir.parents[3])}"
 
 
-def warm_bytecode() -> None:
-    """The project's bytecode written once, as an installed package has it: with
+def warm_bytecode(tree: Path = REPO) -> None:
+    """The bytecode of ``tree``'s packages written once, as an installed package has it: with
     ``PYTHONDONTWRITEBYTECODE`` set (as on the shared benchmark machine) every command would
     otherwise compile the source of each module it imports (0.1-0.3 s of a query's start-up)
     on every run, which no user's second command pays."""
-    subprocess.run([PY, "-m", "compileall", "-q", str(REPO / "analyses"), str(REPO / "pipelines")], check=True,
+    subprocess.run([PY, "-m", "compileall", "-q", str(tree / "analyses"), str(tree / "pipelines")], check=True,
                    stdout=subprocess.DEVNULL)
 
 
@@ -316,8 +320,7 @@ def baseline_tree(work: Path, rev: str) -> Path:
         subprocess.run(["git", "worktree", "prune"], cwd=REPO, check=True)
         subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), rev], cwd=REPO, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    subprocess.run([PY, "-m", "compileall", "-q", "analyses", "pipelines"], cwd=tree, check=True,
-                   stdout=subprocess.DEVNULL)
+    warm_bytecode(tree)
     return tree
 
 
@@ -327,18 +330,8 @@ def _demo_once(root: Path, tree: Path) -> tuple[Run, float]:
     shutil.rmtree(root, ignore_errors=True)
     (root / "dagster_home").mkdir(parents=True)
     cmd = [PY, "-m", "pipelines.demo", "--warehouse", str(root / "warehouse"), "--logs-root", str(REPO / "sample_logs")]
-    env = {"DAGSTER_HOME": str(root / "dagster_home"), "PYTHONPATH": str(tree)}
-    if tree == REPO:
-        r = run(cmd, env=env)
-    else:  # the baseline's code, imported from its tree (the cwd comes first on sys.path)
-        with tempfile.TemporaryFile() as out:
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd, cwd=tree, env={**os.environ, **env}, stdout=out, stderr=subprocess.DEVNULL)
-            secs = time.perf_counter() - t0
-            out.seek(0)
-            r = Run(secs, 0.0, out.read().decode())
-        if proc.returncode != 0:
-            raise SystemExit(f"the baseline demo ({tree}) failed:\n{r.stdout[-2000:]}")
+    # a baseline's code is imported from its tree (the cwd comes first on sys.path)
+    r = run(cmd, env={"DAGSTER_HOME": str(root / "dagster_home"), "PYTHONPATH": str(tree)}, cwd=tree)
     m = DEMO_CROSS_RUN.search(r.stdout)
     if m is None:
         raise SystemExit(f"the demo printed no cross-run time:\n{r.stdout[-2000:]}")

@@ -9,17 +9,40 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 import polars as pl
 from plotly.subplots import make_subplots
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 OUTLIER = "#d62728"
 TEMPLATE = "plotly_white"
+
+
+@contextmanager
+def house_template() -> Iterator[None]:
+    """Figures created inside start from :data:`TEMPLATE` (plotly's default template meanwhile;
+    the caller's default is back on the way out). Plotly gives a new figure its default template
+    without validating it, where ``update_layout(template=...)`` validates and deep-copies the
+    whole template: 13-35 ms a figure on 2 cores, a third of a report's time. Builders lay their
+    figures out with :func:`template_arg`, so a figure built outside still gets the template."""
+    before = pio.templates.default
+    pio.templates.default = TEMPLATE
+    try:
+        yield
+    finally:
+        pio.templates.default = before
+
+
+def template_arg() -> dict[str, str]:
+    """``update_layout``'s template argument: none when the figure was created with ours already
+    (inside :func:`house_template`; figures are created and laid out in one builder call)."""
+    return {} if pio.templates.default == TEMPLATE else {"template": TEMPLATE}
 
 
 @dataclass
@@ -106,7 +129,7 @@ def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     readable_log_axes(fig)
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
-        template=TEMPLATE,
+        **template_arg(),
         height=height,
         margin={"l": 60, "r": 20, "t": 60, "b": 50},
         legend={"orientation": "h", "y": -0.18},
@@ -405,7 +428,8 @@ def compare_variance_figure(variance: pl.DataFrame) -> go.Figure:
 def compare_imbalance_figure(imbalance: pl.DataFrame) -> go.Figure:
     """Cross-run: distribution of per-step max/mean for each run x phase x quantity (box)."""
     fig = go.Figure()
-    for i, ((run,), g) in enumerate(_groups(imbalance, ["run_id"])):
+    # the view's rows have no order: sorted, the page is the same bytes every time
+    for i, ((run,), g) in enumerate(_groups(imbalance.sort("phase", "quantity", "step"), ["run_id"])):
         labels = [f"{p} · {q}" for p, q in zip(g["phase"], g["quantity"], strict=True)]
         fig.add_trace(go.Box(x=labels, y=g["max_over_mean"], name=run, marker={"color": _color(i)}, boxpoints="all"))
     fig.update_layout(boxmode="group")

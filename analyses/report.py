@@ -121,6 +121,7 @@ def shared_views_once(con: duckdb.DuckDBPyConnection, runs: list[str]) -> Iterat
             con.execute(f'DROP TABLE IF EXISTS temp."{name}"')
 
 
+@F.house_template()
 def group_section(con: duckdb.DuckDBPyConnection, group: ViewGroup, runs: list[str],
                   read: ViewReader | None = None) -> Section:
     """The headline table and figures of one view group for ``runs`` (``read``: a shared :func:`view_reader`)."""
@@ -137,6 +138,7 @@ CURVES_MAX_RUNS = 12
 PAIR_TOP = 12  # ranked differences shown per pair
 
 
+@F.house_template()
 def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: ViewReader | None = None) -> Section:
     """Cross-run comparison: per-step curves overlaid on an aligned axis with the alerts marked, the
     ranked credible differences of each run from the first (:mod:`analyses.compare`), then length
@@ -182,6 +184,7 @@ def comparison_section(con: duckdb.DuckDBPyConnection, runs: list[str], read: Vi
                    COMPARISON_NEEDS, head, [f for f in figs if f.drawn], notes=notes, tables=tables)
 
 
+@F.house_template()
 def pair_section(con: duckdb.DuckDBPyConnection, cmp: Any) -> Section:
     """The section of one :class:`~analyses.compare.Comparison` (``polytrace compare --format html``):
     every ranked difference, the two sides' per-step curves overlaid, what was not compared."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from analyses.figures import FigureSpec, safe_key, summary_check_figure
+from analyses.figures import FigureSpec, house_template, safe_key, summary_check_figure
 from analyses.fit.data import load_summaries
 from analyses.fit.summary_fit import summary_check
 from analyses.report import Section
@@ -44,6 +44,7 @@ def workload_row(run_id: str, key: str, w: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@house_template()
 def workload_section(root: Path, spec_path: Any, runs: list[str]) -> Section:
     """The section for ``runs`` (``spec_path(run)``: where a run's spec is)."""
     from analyses.export.spec import SpecError, read_spec

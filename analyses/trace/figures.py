@@ -13,7 +13,7 @@ from analyses.trace import idle
 
 def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     """The report's look (analyses.figures' template), for this group's figures."""
-    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, template=F.TEMPLATE, height=height,
+    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, **F.template_arg(), height=height,
                       margin={"l": 60, "r": 20, "t": 60, "b": 50}, legend={"orientation": "h", "y": -0.18})
     return fig
 

@@ -1,6 +1,6 @@
 """The characterization report: one self-contained HTML file (plotly.js embedded, opens offline)
 with a section per view group, a cross-run comparison when several runs are selected, and
-static PNGs of the key figures (kaleido + a system Chrome/Chromium) when a browser is available.
+static PNGs of the key figures (analyses.png_render: a system Chrome/Chromium) when a browser is available.
 
 Data come from the views (:mod:`analyses.views`), pictures from :mod:`analyses.figures`; this
 module only arranges them.
@@ -257,11 +257,11 @@ def report_steps(runs: list[str], png: bool) -> int:
     return len(view_groups()) + (len(runs) > 1) + bool(png)
 
 
-# ---------------------------------------------------------------- PNG export (kaleido)
+# ---------------------------------------------------------------- PNG export (analyses.png_render)
 
 
 def find_browser() -> str | None:
-    """The Chrome/Chromium kaleido will use: $BROWSER_PATH, else the first on PATH."""
+    """The Chrome/Chromium the PNG export uses: $BROWSER_PATH, else the first on PATH."""
     import os
 
     env = os.environ.get("BROWSER_PATH")
@@ -274,80 +274,71 @@ def find_browser() -> str | None:
     return None
 
 
-_server_started = False
-
-
-def _tabs() -> int:
-    """Chromium tabs rendering at once: one per core (each tab is a renderer process), at most 4."""
-    import os
-
-    return max(1, min(4, os.cpu_count() or 1))
-
-
-def _keep_browser(kaleido) -> None:  # noqa: ANN001 - the kaleido module
-    """Start kaleido's process-wide browser once, so later calls skip Chromium's start-up."""
-    global _server_started
-    if not _server_started:
-        import atexit
-
-        kaleido.start_sync_server(n=_tabs(), silence_warnings=True)
-        atexit.register(kaleido.stop_sync_server, silence_warnings=True)
-        _server_started = True
-
-
-def _kaleido() -> tuple[Any, str | None]:
-    """(the kaleido module with ``$BROWSER_PATH`` set, None), or (None, why PNGs cannot be written)."""
+def _renderer() -> tuple[Any, str | None]:
+    """(the process's :class:`~analyses.png_render.PngRenderer`, None), or (None, why PNGs cannot
+    be written)."""
     try:
-        import kaleido
+        import choreographer  # noqa: F401 - the browser driver (a dependency; an install without it still writes the HTML)
     except ImportError:
-        return None, "PNG export skipped: the kaleido package is not installed (pip install kaleido)"
+        return None, "PNG export skipped: the choreographer package is not installed (pip install choreographer)"
     browser = find_browser()
     if browser is None:
         return None, ("PNG export skipped: no Chrome/Chromium found (apt-get install chromium, or set BROWSER_PATH); "
                       "the HTML report is complete without it")
-    import os
+    from analyses import png_render
 
-    os.environ.setdefault("BROWSER_PATH", browser)
-    return kaleido, None
+    return png_render.start(browser, png_render.cpu_tabs()), None
 
 
 def start_png_browser() -> None:
-    """Start the browser that :func:`write_pngs` with ``keep_browser`` uses, now and without waiting:
-    kaleido starts Chromium in a thread of its own, so its start-up (seconds) overlaps the caller's
-    work until the first PNG is asked for. Nothing happens without kaleido or a browser."""
-    kaleido, _missing = _kaleido()
-    if kaleido is not None:
-        _keep_browser(kaleido)
+    """Start the browser :func:`write_pngs` uses, now and without waiting: it starts on a thread of
+    its own, so its start-up (seconds) overlaps the caller's work until the first PNG is asked
+    for. Nothing happens without a browser."""
+    _renderer()
 
 
-def write_pngs(
-    specs: list[FigureSpec], out_dir: Path, width: int = 1100, keep_browser: bool = False
-) -> tuple[dict[str, Path], str | None]:
-    """Render figures to PNG with kaleido (one browser for all); returns (key -> path, note).
+PLOTLY_RENDERER = "polytrace_png"
 
-    ``keep_browser`` keeps that browser for the rest of the process (callers that export
-    several batches, like the Dagster assets run in one process).
-    """
+
+def register_png_renderer() -> str:
+    """Register plotly renderer ``polytrace_png`` (a figure shown as a PNG drawn in this process's
+    browser, started now) and return its name: a notebook shows figures with
+    ``pio.renderers.default = "plotly_mimetype+polytrace_png"``, one Chromium for all of them."""
+    import plotly.io as pio
+
+    from analyses.png_render import plotly_renderer
+
+    pio.renderers[PLOTLY_RENDERER] = plotly_renderer(find_browser())
+    start_png_browser()
+    return PLOTLY_RENDERER
+
+
+def write_pngs(specs: list[FigureSpec], out_dir: Path, width: int = 1100) -> tuple[dict[str, Path], str | None]:
+    """Render figures to PNG in the process's browser (:mod:`analyses.png_render`, started on the
+    first call and kept until exit); returns (key -> path, note)."""
     if not specs:
         return {}, None
-    kaleido, missing = _kaleido()
-    if kaleido is None:
+    renderer, missing = _renderer()
+    if renderer is None:
         return {}, missing
+    from analyses.png_render import PngJob
+
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {s.key: out_dir / f"{s.key}.png" for s in specs}
-    jobs = [{"fig": s.fig, "path": paths[s.key], "opts": {"width": width, "height": s.fig.layout.height or 420}}
-            for s in specs]
     try:
-        if keep_browser:
-            _keep_browser(kaleido)
-        # a browser kept for the process already has its tabs (kaleido ignores kopts then, and warns)
-        kopts = {} if _server_started else {"kopts": {"n": min(_tabs(), len(jobs))}}
-        kaleido.write_fig_from_object_sync(jobs, **kopts)
-    except Exception as exc:  # kaleido/browser failures must not cost the HTML report
+        results = renderer.render([PngJob(s.fig.to_json(validate=False), width, s.fig.layout.height or 420)
+                                   for s in specs])
+    except Exception as exc:  # a browser that cannot start must not cost the HTML report
         return {}, f"PNG export failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-    done = {k: p for k, p in paths.items() if p.exists() and p.stat().st_size > 0}
-    note = None if len(done) == len(paths) else f"PNG export wrote {len(done)} of {len(paths)} figures"
-    return done, note
+    done: dict[str, Path] = {}
+    for (key, path), res in zip(paths.items(), results, strict=True):
+        if res.png:
+            path.write_bytes(res.png)
+            done[key] = path
+    if len(done) == len(paths):
+        return done, None
+    first = next((f"{k}: {r.error}" for k, r in zip(paths, results, strict=True) if r.error), "")
+    return done, f"PNG export wrote {len(done)} of {len(paths)} figures" + (f" (first failure {first})" if first else "")
 
 
 # ---------------------------------------------------------------- HTML

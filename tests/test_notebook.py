@@ -28,7 +28,7 @@ def test_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     root = tmp_path / "wh"
     build_demo_warehouse(root)
     # the kernel inherits the environment: point it at the test warehouse; the notebook's own renderer
-    # (plotly JSON + a static PNG through kaleido, which needs Chromium)
+    # (plotly JSON + a static PNG drawn by analyses.png_render, which needs Chromium)
     require_chromium()
     monkeypatch.setenv("POLYTRACE_WAREHOUSE", str(root))
     monkeypatch.delenv("PLOTLY_RENDERER", raising=False)

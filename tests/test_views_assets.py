@@ -19,7 +19,7 @@ from pipelines.assets import characterize as C
 from pipelines.resources import WarehouseResource
 
 
-def _stub_pngs(specs, out_dir: Path, width: int = 1100, keep_browser: bool = False):  # noqa: ANN001, ANN202
+def _stub_pngs(specs, out_dir: Path, width: int = 1100):  # noqa: ANN001, ANN202
     # one batch for every group's key figures: the lengths figures "render", the others do not
     done = {s.key: out_dir / f"{s.key}.png" for s in specs if s.key.startswith("lengths__")}
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -45,7 +45,7 @@ COMMAND = Command(
     help="write the characterization report (one self-contained HTML file)",
     description="Write one self-contained HTML file (plotly.js embedded, opens offline) with a section per "
     "characterization view group, a cross-run comparison when several runs are selected, and PNGs of the key "
-    "figures beside it (needs Chrome/Chromium for kaleido; without one the HTML is still complete).",
+    "figures beside it (needs Chrome/Chromium; without one the HTML is still complete).",
     epilog="examples:\n  polytrace report --warehouse /tmp/wh\n  polytrace report --runs run-a run-b --out cmp.html --no-png",
     add_arguments=_arguments,
     run=_run,

@@ -43,7 +43,7 @@ CHARACTERIZE_GROUP = "characterize"
 CATALOG = AssetKey("warehouse_catalog")
 HEADLINE_ROWS = 40
 PNG_WIDTH = 900  # px: readable in the UI's dialog, ~50-100 KB each inline
-# POLYTRACE_PNG=0 skips the PNGs (kaleido starts a Chromium: seconds per process), e.g. in quick tests
+# POLYTRACE_PNG=0 skips the PNGs (they start a Chromium: seconds per process), e.g. in quick tests
 ENV_PNG = "POLYTRACE_PNG"
 
 
@@ -90,7 +90,7 @@ def _key_figure_pngs(pt: PolyTrace, key_figs: list[FigureSpec]) -> tuple[dict[st
     all groups rather than a group at a time): (figure key -> PNG, why some are missing)."""
     if not _pngs_enabled():
         return {}, f"PNG export disabled (${ENV_PNG}=0)"
-    return write_pngs(key_figs, pt.layout.reports / "png", width=PNG_WIDTH, keep_browser=True)
+    return write_pngs(key_figs, pt.layout.reports / "png", width=PNG_WIDTH)
 
 
 def _group_metadata(pt: PolyTrace, group: ViewGroup, section: Section, runs: list[str], key_figs: list[FigureSpec],

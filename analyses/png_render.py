@@ -137,8 +137,11 @@ class PngRenderer:
 
     @property
     def failed(self) -> bool:
-        """The browser could not start (:meth:`render` raises why)."""
-        return self._ready.done() and self._ready.exception() is not None
+        """The browser could not start (:meth:`render` raises why), or its process has ended since."""
+        if self._ready.done() and self._ready.exception() is not None:
+            return True
+        proc = getattr(self._browser, "subprocess", None)
+        return proc is not None and proc.poll() is not None
 
     def close(self) -> None:
         """Close the browser (waiting a little for one still starting) and the loop's thread."""

@@ -92,3 +92,20 @@ def test_a_browser_that_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert done == {} and note.startswith("PNG export failed (")
     finally:
         broken.close()
+
+
+def test_a_browser_that_dies_is_replaced(browser: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import signal
+
+    monkeypatch.setattr(png_render, "_renderer", None)  # this test's own process-wide renderer
+    first = png_render.start(browser, 1)
+    try:
+        assert first.render([PngJob(LINE, 200, 100)])[0].error is None
+        os.kill(first._browser.subprocess.pid, signal.SIGKILL)
+        first._browser.subprocess.wait(30)
+        assert first.failed and first.render([PngJob(LINE, 200, 100)])[0].png is None  # an error, not a hang
+        second = png_render.start(browser, 1)
+        assert second is not first and _size(second.render([PngJob(LINE, 200, 100)])[0].png) == (200, 100)
+    finally:
+        png_render.stop()

@@ -39,6 +39,7 @@ from typing import Protocol
 
 import duckdb
 
+from analyses import duckdb_instance
 from analyses.duckdb_limits import ResourceLimits, apply_limits, new_scratch_path, resource_limits
 from analyses.sandbox import lock_down
 from analyses.schema import TABLES, column_docs, table_description
@@ -303,31 +304,68 @@ def refresh_catalog(
             return path
         for attempt in range(retries):
             try:
-                con = duckdb.connect(str(path), config={"storage_compatibility_version": STORAGE_VERSION})
-            except duckdb.IOException as exc:  # someone outside our lock (a user's CLI) holds it
+                _write_views(root, path, todo, views)
+            except _Held as exc:  # someone outside our lock (a user's CLI) holds it
                 if on_retry:
-                    on_retry(exc)
+                    on_retry(exc.__cause__ or exc)
                 time.sleep(min(0.05 * (attempt + 1), 1.0))
                 continue
-            try:
-                # relative paths resolve against the warehouse while the views are created
-                con.execute("SET file_search_path = $1", [str(root.resolve())])
-                # one transaction: a commit per statement wrote (and synced) the file's log hundreds
-                # of times, most of a small ingest's time; other readers of the file still see the
-                # old views or all of the new ones
-                con.execute("BEGIN TRANSACTION")
-                (root / CATALOG_STATE).unlink(missing_ok=True)  # stale from here until the file is closed
-                for stmt in todo:
-                    con.execute(stmt)
-                if views:
-                    con.execute(f"CREATE SCHEMA IF NOT EXISTS {STAMP_SCHEMA}")
-                    con.execute(f"CREATE OR REPLACE TABLE {STAMP_TABLE} AS SELECT $1 AS sha256", [views_digest(views)])
-                con.execute("COMMIT")
-            finally:
-                con.close()
             _remember_views(root, path, {**written, **{name: digest for name, (digest, _) in wanted.items()}})
             return path
     raise TimeoutError(f"could not open {path} for writing after {retries} attempts")
+
+
+class _Held(Exception):
+    """The catalog file could not be attached: another process holds it."""
+
+
+_ATTACHED = "polytrace_catalog_file"  # the file's name while attached to the process's DuckDB
+
+
+def _write_views(root: Path, path: Path, todo: list[str], views: list[DerivedView]) -> None:
+    """Run ``todo`` (and write the views' stamp) in the catalog file at ``path``, in one transaction.
+
+    The file is attached to the process's DuckDB (:mod:`analyses.duckdb_instance`: opening a
+    database of its own cost ~35 ms, a tenth of a small ingest) and detached (checkpointed and
+    closed, as closing its own database did) before this returns; :class:`_Held` when it cannot
+    be attached because another process has it open."""
+    with duckdb_instance.SETTINGS:  # file_search_path is the database's, not the cursor's
+        con = duckdb_instance.cursor()
+        try:
+            try:
+                con.execute(f"ATTACH {_sql_str(str(path))} AS {_ATTACHED} (STORAGE_VERSION '{STORAGE_VERSION}')")
+            except duckdb.IOException as exc:
+                raise _Held(str(exc)) from exc
+            con.execute(f"USE {_ATTACHED}")
+            # relative paths resolve against the warehouse while the views are created
+            con.execute("SET file_search_path = $1", [str(root.resolve())])
+            # one transaction: a commit per statement wrote (and synced) the file's log hundreds
+            # of times, most of a small ingest's time; other readers of the file still see the
+            # old views or all of the new ones
+            con.execute("BEGIN TRANSACTION")
+            (root / CATALOG_STATE).unlink(missing_ok=True)  # stale from here until the file is closed
+            for stmt in todo:
+                con.execute(stmt)
+            if views:
+                con.execute(f"CREATE SCHEMA IF NOT EXISTS {STAMP_SCHEMA}")
+                con.execute(f"CREATE OR REPLACE TABLE {STAMP_TABLE} AS SELECT $1 AS sha256", [views_digest(views)])
+            con.execute("COMMIT")
+        finally:
+            con.close()  # (rolls back what did not commit)
+            _detach()
+
+
+def _detach() -> None:
+    try:
+        con = duckdb_instance.cursor()
+        try:
+            con.execute("RESET file_search_path")
+            con.execute(f"DETACH DATABASE IF EXISTS {_ATTACHED}")
+        finally:
+            con.close()
+    except duckdb.Error:  # the database failed (fatal errors invalidate it): the next use opens another
+        duckdb_instance.after_failure()
+        raise
 
 
 def connect(root: Path, views: Iterable[DerivedView] = (), sandbox: bool = False,

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 import duckdb
 import polars as pl
 
+from analyses import duckdb_instance
 from analyses.readers import limits
 from analyses.readers.base import Chunk, FileContext, rejects_frame
 from analyses.readers.json_scan import split_too_deep
@@ -53,7 +54,7 @@ _KIND = {
 }
 
 LEAF_SCHEMA = {"line_no": pl.Int64, "name": pl.String, "kind": pl.String, "text": pl.String}
-DUCKDB_THREADS = 2  # the readers run beside other work; a batch is small enough for two
+DUCKDB_THREADS = duckdb_instance.THREADS
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -65,21 +66,24 @@ _local = threading.local()
 
 
 def thread_connection() -> duckdb.DuckDBPyConnection:
-    """This thread's in-memory DuckDB, shared by the JSON readers (opening one costs more than
-    reading a small step file, and PolyTrace writes one file per step). Queries register their
-    frames under a name and unregister them after."""
+    """This thread's connection to the process's in-memory DuckDB (:mod:`analyses.duckdb_instance`),
+    shared by the JSON readers (opening a database costs more than reading a small step file, and
+    PolyTrace writes one file per step). Queries register their frames under a name and
+    unregister them after."""
     con = getattr(_local, "con", None)
     if con is None:
-        con = _local.con = connect()
+        con = _local.con = duckdb_instance.cursor()
     return con
 
 
 def drop_thread_connection() -> None:
-    """After a failed query: the next file starts on a fresh connection."""
+    """After a failed query: the next file starts on a fresh connection (and database, when the
+    failure invalidated it)."""
     con = getattr(_local, "con", None)
     _local.con = None
     if con is not None:
         con.close()
+    duckdb_instance.after_failure()
 
 
 # top level first (json_each is ~4x cheaper than json_tree): scalars are leaves as they are;

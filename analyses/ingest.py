@@ -312,7 +312,8 @@ def _finish_run(
     if needs_truncation(facts, manifest):
         samples = staging.scan("samples")
         if samples.select(pl.col("truncated").is_null().any()).collect().item():
-            staging.replace("samples", with_truncation(samples, facts.max_response_length).collect())
+            # written while the run's other tables are derived and staged
+            staging.replace("samples", with_truncation(samples, facts.max_response_length).collect(), background=True)
     # the common case (one file of metrics, read in line order): steps were derived chunk by
     # chunk as the file was read; otherwise from the staged (deduplicated) rows
     if steps_acc.exact:

@@ -357,20 +357,52 @@ class RunStaging:
         self._sealed_bytes = 0
         self._pending: dict[str, deque[Future[None]]] = {}
         self._pool: ThreadPoolExecutor | None = None
+        # table -> its part being written in the background: file name, its rows, the write
+        self._writes: dict[str, tuple[str, pl.DataFrame, Future[int]]] = {}
 
     def table_dir(self, table: str) -> Path:
         return self.dir / table
 
-    def add(self, table: str, df: pl.DataFrame, prefix: str = "part") -> int:
-        """Conform ``df`` to ``table`` and stage it as a new part file; returns rows written."""
+    def add(self, table: str, df: pl.DataFrame, prefix: str = "part", background: bool = False) -> int:
+        """Conform ``df`` to ``table`` and stage it as a new part file; returns rows written.
+
+        ``background``: the file is written on the staging writer thread (Parquet encoding releases
+        the GIL) while the caller goes on (the samples of 315 step files, ~40 ms to encode, beside
+        the rest of the run's tables); :meth:`scan` gives its rows at once, :meth:`parts` and the
+        commit wait for the file (and raise a failed write)."""
         if df.height == 0:
             return 0
         t = TABLES[table]
         n = self._counters.get(table, 0)
         self._counters[table] = n + 1
         conformed = conform(df, t)
+        path = self.table_dir(table) / f"{prefix}-{n:06d}.parquet"
+        if background:
+            self._wait_write(table)
+            self._writes[table] = (path.name, conformed, self._writer().submit(self._write_part, conformed, t, path))
+            return conformed.height
         with writing(self.root):
-            return write_part(conformed, t, self.table_dir(table) / f"{prefix}-{n:06d}.parquet")
+            return write_part(conformed, t, path)
+
+    def _write_part(self, df: pl.DataFrame, t: Table, path: Path) -> int:
+        with writing(self.root):
+            return write_part(df, t, path)
+
+    def _wait_write(self, table: str, raise_errors: bool = True) -> None:
+        """The table's background write done (its failure raised, unless not ``raise_errors``)."""
+        got = self._writes.pop(table, None)
+        if got is None:
+            return
+        try:
+            got[2].result()
+        except BaseException:
+            if raise_errors:
+                raise
+
+    def _writer(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="staging-writer")
+        return self._pool
 
     def append(self, table: str, df: pl.DataFrame, prefix: str) -> int:
         """Conform ``df`` to ``table`` and append it to the one part file of ``prefix`` (a row
@@ -380,10 +412,8 @@ class RunStaging:
         batches wait. :meth:`seal` finishes the part (and raises a failed write); returns rows."""
         if df.height == 0:
             return 0
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="staging-writer")
         q = self._pending.setdefault(prefix, deque())
-        q.append(self._pool.submit(self._write_batch, table, df, prefix))
+        q.append(self._writer().submit(self._write_batch, table, df, prefix))
         while len(q) > WRITES_IN_FLIGHT:
             q.popleft().result()
         return df.height
@@ -476,6 +506,7 @@ class RunStaging:
 
     def _unstage(self, table: str) -> None:
         """Forget everything staged for ``table``: its sealed parts in memory and its files."""
+        self._wait_write(table, raise_errors=False)
         for name in list(self._sealed.get(table, {})):
             self._drop_sealed(table, name)
         shutil.rmtree(self.table_dir(table), ignore_errors=True)
@@ -483,6 +514,7 @@ class RunStaging:
 
     def parts(self, table: str) -> list[Path]:
         """The part files staged for ``table``, in order (its sealed parts in memory written first)."""
+        self._wait_write(table)
         with writing(self.root):
             for name in sorted(self._sealed.get(table, {})):
                 write_part(self._drop_sealed(table, name), TABLES[table], self.table_dir(table) / name)
@@ -494,6 +526,9 @@ class RunStaging:
 
         t = TABLES[table]
         mem = self._sealed.get(table, {})
+        bg = self._writes.get(table)
+        if bg is not None and not mem and all(p.name == bg[0] for p in self.table_dir(table).glob("*.parquet")):
+            return bg[1].select([c for c in t.stored_columns if c in bg[1].columns]).lazy()  # what it writes
         if mem and not any(self.table_dir(table).glob("*.parquet")):  # the same rows a scan of them written gives
             return pl.concat([mem[name].lazy() for name in sorted(mem)])
         files = self.parts(table)
@@ -501,10 +536,10 @@ class RunStaging:
             return pl.LazyFrame(schema=t.stored_columns)
         return pl.scan_parquet(files)
 
-    def replace(self, table: str, df: pl.DataFrame) -> int:
-        """Drop what is staged for ``table`` and stage ``df`` instead."""
+    def replace(self, table: str, df: pl.DataFrame, background: bool = False) -> int:
+        """Drop what is staged for ``table`` and stage ``df`` instead (``background``: see :meth:`add`)."""
         self._unstage(table)
-        return self.add(table, df)
+        return self.add(table, df, background=background)
 
     def replace_with_file(self, table: str, part: Path) -> None:
         """Drop what is staged for ``table`` and stage the Parquet file ``part`` instead (moved, not
@@ -558,7 +593,9 @@ class RunStaging:
         """
         kill_point("staged")
         with writing(self.root):
-            final = {name: self._compact(name, t) for name, t in TABLES.items()}
+            # the tables written in the background last: the others are compacted meanwhile
+            done = {name: self._compact(name, TABLES[name]) for name in sorted(TABLES, key=lambda n: n in self._writes)}
+            final = {name: done[name] for name in TABLES}
         kill_point("compacted")
         problems = check(final) if check is not None else []
         if problems:
@@ -655,6 +692,8 @@ class RunStaging:
     def _close(self) -> None:
         for prefix in list(self._pending):
             self._drain(prefix, raise_errors=False)
+        for table in list(self._writes):
+            self._wait_write(table, raise_errors=False)
         for w in self._writers.values():
             try:
                 w.close()

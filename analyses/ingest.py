@@ -130,7 +130,8 @@ def ingest_run(
             report.files.extend(ingest_files(
                 [(idx, path, path.name if run_path.is_file() else path.relative_to(run_path).as_posix())
                  for idx, path in enumerate(files)],
-                rid, manifest, staging, steps_acc, emit, run_files, after_each=lambda: kill_point("read")))
+                rid, manifest, staging, steps_acc, emit, run_files, after_each=lambda: kill_point("read"),
+                meanwhile=_load_views if catalog_views else None))
             report.files.extend(FileReport(path=rel, format="unknown", bytes=0, status="skipped", error=why)
                                 for rel, why in skipped)
             # from here on every read and write is the warehouse's own: a failure (a full disk) is
@@ -192,6 +193,13 @@ def _published_info(root: Path, run_id: str) -> dict | None:
     except (OSError, ValueError):  # an unreadable manifest is the commit's business, not ours
         return None
     return pub.info if pub is not None else None
+
+
+def _load_views() -> None:
+    """Import the derived views' modules (~30, for the catalog file's refresh at the end)."""
+    from analyses.views import view_groups
+
+    view_groups()
 
 
 def refresh_or_warn(root: Path, report: RunReport, views: bool = False) -> None:

@@ -46,6 +46,7 @@ from analyses.warehouse import (
     DEFAULT_LOCK_WAIT_S,
     RunStaging,
     clean_stale,
+    encode_empty_parts,
     kill_point,
     read_published,
     run_lock,
@@ -131,7 +132,7 @@ def ingest_run(
                 [(idx, path, path.name if run_path.is_file() else path.relative_to(run_path).as_posix())
                  for idx, path in enumerate(files)],
                 rid, manifest, staging, steps_acc, emit, run_files, after_each=lambda: kill_point("read"),
-                meanwhile=_load_views if catalog_views else None))
+                meanwhile=lambda: _while_reading(catalog_views)))
             report.files.extend(FileReport(path=rel, format="unknown", bytes=0, status="skipped", error=why)
                                 for rel, why in skipped)
             # from here on every read and write is the warehouse's own: a failure (a full disk) is
@@ -195,11 +196,14 @@ def _published_info(root: Path, run_id: str) -> dict | None:
     return pub.info if pub is not None else None
 
 
-def _load_views() -> None:
-    """Import the derived views' modules (~30, for the catalog file's refresh at the end)."""
-    from analyses.views import view_groups
+def _while_reading(catalog_views: bool) -> None:
+    """What the commit needs later and a thread waiting for files being read can do: encode the
+    empty tables' files and import the derived views' modules (~30, for the catalog refresh)."""
+    encode_empty_parts()
+    if catalog_views:
+        from analyses.views import view_groups
 
-    view_groups()
+        view_groups()
 
 
 def refresh_or_warn(root: Path, report: RunReport, views: bool = False) -> None:

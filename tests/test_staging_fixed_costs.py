@@ -1,6 +1,7 @@
-"""RunStaging.replace(..., background=True): the part is written on the staging writer thread; its
-rows are scannable at once, the commit publishes the same file a foreground replace does, and a
-write that fails fails the commit (nothing published)."""
+"""What a small run's staging no longer pays on its main thread, with the same files published:
+RunStaging.replace(..., background=True) writes the part on the staging writer thread (its rows
+scannable at once; the commit publishes the file a foreground replace writes; a failed write fails
+the commit), and the typed empty file of a table nothing was staged for is encoded once per process."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 
 from analyses import warehouse
 from analyses.atomic_output import WriteFailed
-from analyses.warehouse import RunStaging, read_published, scan_table
+from analyses.schema import TABLES
+from analyses.warehouse import RunStaging, empty_part, partition_files, read_published, scan_table, write_part
 
 SAMPLES = pl.DataFrame({"step": [1, 1, 2], "sample_id": ["a", "b", "c"], "response_tokens": [5, 7, 9]})
 
@@ -65,3 +67,15 @@ def test_a_failed_background_write_fails_the_commit(tmp_path: Path, monkeypatch:
         st.commit()
     st.abort()
     assert read_published(tmp_path, "r") is None
+
+
+def test_the_empty_tables_files_are_the_bytes_write_part_writes(tmp_path: Path) -> None:
+    st = RunStaging(tmp_path / "wh", "r")
+    st.add("runs", pl.DataFrame({"task": ["t"]}))
+    st.commit()
+    for name, t in TABLES.items():
+        if name == "runs":
+            continue
+        write_part(t.empty(), t, tmp_path / f"{name}.parquet")
+        (published,) = partition_files(tmp_path / "wh", name, "r")
+        assert published.read_bytes() == (tmp_path / f"{name}.parquet").read_bytes() == empty_part(t), name

@@ -208,12 +208,17 @@ def _while_reading(catalog_views: bool) -> None:
 
 def refresh_or_warn(root: Path, report: RunReport, views: bool = False) -> None:
     """The catalog file follows the new version (with every derived view when ``views``); failing
-    that is reported, not fatal: queries through ``polytrace``/the facade never read the file."""
+    that is reported, not fatal: queries through ``polytrace``/the facade never read the file.
+    Once it has every view after the run's publish (``report.catalog_views``), asking again
+    does nothing (another publish since refreshed it with its own)."""
+    if report.catalog_views:
+        return
     try:
         if views:
             from analyses.views import all_views
 
             refresh_catalog(root, all_views())
+            report.catalog_views = True
         else:
             refresh_catalog(root)
     except (TimeoutError, OSError, duckdb.Error) as exc:

@@ -86,6 +86,9 @@ class RunReport:
     warnings: list[str] = field(default_factory=list)
     mode: str = "full"  # "append": only the lines appended since the previous version were read
     refresh_notes: list[str] = field(default_factory=list)  # why a refresh read everything again
+    # the catalog file was refreshed with every derived view after this run was published (a
+    # refresh asked for again finds nothing to do: it is skipped)
+    catalog_views: bool = False
 
     @property
     def rows_rejected(self) -> int:

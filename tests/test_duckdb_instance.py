@@ -1,5 +1,6 @@
 """One in-memory DuckDB database per process (analyses.duckdb_instance): a small ingest opens one
-database (the JSON decode's), attaches the catalog file to it, and leaves it as it found it."""
+database (the JSON decode's), attaches the catalog file to it, and leaves it as it found it; and
+``polytrace ingest`` of one run refreshes the catalog file once (at the publish), not three times."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analyses import duckdb_instance
+from analyses import catalog, duckdb_instance
 from analyses.catalog import CATALOG_NAME, STORAGE_VERSION, refresh_catalog
+from analyses.cli import main
 from analyses.ingest import ingest_run
 from analyses.views import all_views
 
@@ -88,3 +90,19 @@ def test_a_database_that_fails_is_replaced(fresh_instance: list[tuple]) -> None:
     finally:
         con.close()
     assert len(fresh_instance) == 2
+
+
+def test_a_cli_ingest_of_one_run_refreshes_the_catalog_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = catalog.refresh_catalog
+
+    def counted(*args: object, **kwargs: object) -> Path:
+        calls.append(len(args[1]) if len(args) > 1 else 0)  # how many derived views it was given
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(catalog, "refresh_catalog", counted)
+    monkeypatch.setattr("analyses.ingest.refresh_catalog", counted)
+    wh = tmp_path / "wh"
+    assert main(["ingest", str(_packed_run(tmp_path)), "--warehouse", str(wh), "-q"]) == 0
+    assert calls == [len(all_views())]
+    assert (wh / CATALOG_NAME).is_file()

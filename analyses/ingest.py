@@ -128,8 +128,9 @@ def ingest_run(
                        if report_skipped and not any((run_path / rel).is_relative_to(d) for d in skip_under)]
             emit("run_start", {"run_id": rid, "files": len(files), "bytes": sum(p.stat().st_size for p in files)})
             run_files = frozenset(files)
+            one_file = run_path.is_file()
             report.files.extend(ingest_files(
-                [(idx, path, path.name if run_path.is_file() else path.relative_to(run_path).as_posix())
+                [(idx, path, path.name if one_file else path.relative_to(run_path).as_posix())
                  for idx, path in enumerate(files)],
                 rid, manifest, staging, steps_acc, emit, run_files, after_each=lambda: kill_point("read"),
                 meanwhile=lambda: _while_reading(catalog_views)))

@@ -344,8 +344,9 @@ def _write_views(root: Path, path: Path, todo: list[str], views: list[DerivedVie
             # old views or all of the new ones
             con.execute("BEGIN TRANSACTION")
             (root / CATALOG_STATE).unlink(missing_ok=True)  # stale from here until the file is closed
-            if todo:  # one call: DuckDB parses them as one script (~0.1 ms less a statement than one call each)
-                con.execute(";\n".join(todo))
+            if todo:  # one call: DuckDB parses them as one script (~0.1 ms less a statement than one call each);
+                # each ";" on a line of its own, so a statement's trailing "-- comment" cannot swallow it
+                con.execute("\n;\n".join(todo))
             if views:
                 con.execute(f"CREATE SCHEMA IF NOT EXISTS {STAMP_SCHEMA}")
                 con.execute(f"CREATE OR REPLACE TABLE {STAMP_TABLE} AS SELECT $1 AS sha256", [views_digest(views)])

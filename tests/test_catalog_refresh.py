@@ -105,3 +105,19 @@ def test_a_new_catalog_from_the_cached_template_equals_one_written_whole(tmp_pat
         assert _view_sql(wh) == _view_sql(whole)
         assert _count(wh, "SELECT count(*) FROM run_overview") == 1
     assert len(list((tmp_path / "cache").glob("catalog-*.duckdb"))) == 1
+
+
+def test_views_whose_sql_ends_in_a_line_comment_are_written_as_one_script(tmp_path: Path) -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class _View:
+        name: str
+        sql: str
+        doc: str = "a view"
+
+    wh = tmp_path / "wh"
+    ingest_run(_log(tmp_path, "a", 3), wh)
+    refresh_catalog(wh, [_View("first_steps", "SELECT step FROM steps WHERE step < 3 -- the first two"),
+                         _View("step_count", "SELECT count(*) AS n FROM steps -- every step")])
+    assert _count(wh, "SELECT count(*) FROM first_steps") == 2 and _count(wh, "SELECT n FROM step_count") == 3

@@ -68,6 +68,17 @@ def std_sf(family: str, z: np.ndarray, a: float = 1.0) -> np.ndarray:
     raise ValueError(f"unknown family {family!r}")
 
 
+def std_cdf_sf(family: str, z: np.ndarray, a: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(:func:`std_cdf`, :func:`std_sf`) at ``z``, bit for bit, sharing what the two compute alike."""
+    if family == "gumbel_min":
+        e = np.exp(np.minimum(z, 700.0))
+        return -np.expm1(-e), np.exp(-e)
+    if family == "glogistic":
+        la = -a * np.logaddexp(0.0, z)
+        return -np.expm1(la), np.exp(la)
+    return std_cdf(family, z, a), std_sf(family, z, a)
+
+
 def std_pdf(family: str, z: np.ndarray, a: float = 1.0) -> np.ndarray:
     if family == "logistic":
         e = special.expit(z)
@@ -325,38 +336,38 @@ class WindowMean:
     """:func:`mid_mean` at fixed ``lo`` / ``hi`` as a function of the levels alone, the same
     arithmetic in the same order (bit for bit) without the intermediate :class:`Parts`: a level
     solve (:func:`solve_levels`) evaluates it a dozen times per fitted scale, and on a run's few
-    dozen steps each evaluation was mostly the per-call cost of building those parts."""
+    dozen steps each evaluation is mostly numpy's per-call cost, so both ends of the window go
+    through each elementwise operation at once (one ``[2, steps]`` array, the same values)."""
 
     def __init__(self, shape: StepShape, lo: np.ndarray, hi: np.ndarray) -> None:
         self.shape = shape
         self.log_lo, self.log_hi = np.log(lo), np.log(hi)
+        self.log_ends = np.stack(np.broadcast_arrays(self.log_lo, self.log_hi))
 
     def __call__(self, mu: np.ndarray) -> np.ndarray:
         sh = self.shape
-        a, b = self.log_lo - mu, self.log_hi - mu
-        za, zb = a / sh.s, b / sh.s
+        ab = self.log_ends - mu  # [a, b]
+        a, b = ab[0], ab[1]
+        zab = ab / sh.s
         w = sh.w_body
         # the mass between a and b (StepShape.mass)
-        ca, cb = w * std_cdf(sh.family, za, sh.skew), w * std_cdf(sh.family, zb, sh.skew)
-        sa, sb = w * std_sf(sh.family, za, sh.skew), w * std_sf(sh.family, zb, sh.skew)
+        cdf, sf = std_cdf_sf(sh.family, zab, sh.skew)
+        c, sv = w * cdf, w * sf
         # E[e^t; a < t <= b] (StepShape.partial_exp)
         z, pe = sh._z, sh._pe[0]
-        out = w * (np.interp(np.clip(zb, z[0], z[-1]), z, pe) - np.interp(np.clip(za, z[0], z[-1]), z, pe))
+        i = np.interp(np.minimum(np.maximum(zab, z[0]), z[-1]), z, pe)
+        out = w * (i[1] - i[0])
         if sh.eps_lo > 0:
-            ua = np.minimum(np.maximum((a + sh.lam_lo) / sh.lam_lo, 0.0), 1.0)
-            ub = np.minimum(np.maximum((b + sh.lam_lo) / sh.lam_lo, 0.0), 1.0)
-            ca, cb = ca + sh.eps_lo * ua, cb + sh.eps_lo * ub
-            sa, sb = sa + sh.eps_lo * (1.0 - ua), sb + sh.eps_lo * (1.0 - ub)
+            u = np.minimum(np.maximum((ab + sh.lam_lo) / sh.lam_lo, 0.0), 1.0)
+            c, sv = c + sh.eps_lo * u, sv + sh.eps_lo * (1.0 - u)
             lo, hi = np.maximum(a, -sh.lam_lo), np.minimum(b, 0.0)
             out = out + np.where(hi > lo, sh.eps_lo / sh.lam_lo / 1 * (np.exp(hi) - np.exp(lo)), 0.0)
         if sh.eps_hi > 0:
-            ua = np.minimum(np.maximum(a / sh.lam_hi, 0.0), 1.0)
-            ub = np.minimum(np.maximum(b / sh.lam_hi, 0.0), 1.0)
-            ca, cb = ca + sh.eps_hi * ua, cb + sh.eps_hi * ub
-            sa, sb = sa + sh.eps_hi * (1.0 - ua), sb + sh.eps_hi * (1.0 - ub)
+            u = np.minimum(np.maximum(ab / sh.lam_hi, 0.0), 1.0)
+            c, sv = c + sh.eps_hi * u, sv + sh.eps_hi * (1.0 - u)
             lo, hi = np.maximum(a, 0.0), np.minimum(b, sh.lam_hi)
             out = out + np.where(hi > lo, sh.eps_hi / sh.lam_hi / 1 * (np.exp(hi) - np.exp(lo)), 0.0)
-        m = np.maximum(np.where(a > 0, sa - sb, cb - ca), 0.0)
+        m = np.maximum(np.where(a > 0, sv[0] - sv[1], c[1] - c[0]), 0.0)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             return np.exp(mu) * out / m
 
@@ -406,21 +417,26 @@ def _solve(shape: StepShape, target: np.ndarray, center: np.ndarray, mean_fn: Ca
         found |= ok
         if found.all():
             break
-    side = np.zeros(target.shape)
     x = 0.5 * (a + b)
+    first, prev_left = True, None  # prev_left: the last step kept b (the Illinois rule's memory)
     for _ in range(iters):
-        x = np.where(fb != fa, (a * fb - b * fa) / (fb - fa), 0.5 * (a + b))
-        x = np.where(np.isfinite(x) & (x > np.minimum(a, b)) & (x < np.maximum(a, b)), x, 0.5 * (a + b))
+        # the secant point where it falls strictly inside the bracket, else the midpoint (fb == fa
+        # makes it infinite or NaN, which the test sends to the midpoint as well)
+        mid = 0.5 * (a + b)
+        x = (a * fb - b * fa) / (fb - fa)
+        x = np.where(np.isfinite(x) & (x > np.minimum(a, b)) & (x < np.maximum(a, b)), x, mid)
         fx = g(x)
         if ((np.abs(fx) < tol) | (np.abs(b - a) < tol)).all():
             break
         left = np.sign(fx) == np.sign(fa)  # the root is between x and b
-        # Illinois: halve the kept end's value when the same end is kept twice in a row
-        fb = np.where(left & (side == 1), fb / 2, fb)
-        fa = np.where(~left & (side == -1), fa / 2, fa)
+        # Illinois: halve the kept end's value when the same end is kept twice in a row (each end's
+        # halved value is used only where this step keeps that end)
+        if not first:
+            fb = np.where(prev_left, fb / 2, fb)
+            fa = np.where(prev_left, fa, fa / 2)
         a, fa = np.where(left, x, a), np.where(left, fx, fa)
         b, fb = np.where(left, b, x), np.where(left, fb, fx)
-        side = np.where(left, 1, -1)
+        first, prev_left = False, left
     if found.all():
         return x
     # no bracket holds a root (a mean no level reaches in its window, as a window too narrow for its

@@ -37,6 +37,7 @@ What summaries leave unknown is said in the spec (``fitted_from``, ``statistics`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -172,13 +173,21 @@ def _levels(shape: StepShape, r: _Rows, guess: np.ndarray | None = None) -> np.n
     """Each row's level: from the middle mean (exact rows), the mean below the cap (TRL's
     terminated mean), or the capped mean."""
     windowed = r.mid | r.use_term
-    window = WindowMean(shape, r.win_lo, r.win_hi)
+    mean_fn: Callable[[np.ndarray], np.ndarray]
+    if windowed.all():
+        mean_fn = WindowMean(shape, r.win_lo, r.win_hi)
+    else:
+        # each row's own mean alone (both are elementwise in the rows: the same values as computing
+        # both for every row and choosing)
+        iw, ic = np.flatnonzero(windowed), np.flatnonzero(~windowed)
+        window = WindowMean(shape, r.win_lo[iw], r.win_hi[iw])
+        cap = r.cap if np.isfinite(r.cap) else None
 
-    def mean_fn(mu: np.ndarray) -> np.ndarray:
-        m = window(mu)
-        if windowed.all():
-            return m
-        return np.where(windowed, m, capped_mean(shape, mu, r.cap if np.isfinite(r.cap) else None))
+        def mean_fn(mu: np.ndarray) -> np.ndarray:
+            out = np.empty(mu.shape)
+            out[iw] = window(mu[iw])
+            out[ic] = capped_mean(shape, mu[ic], cap)
+            return out
 
     return solve_levels(shape, r.target, r.win_lo, np.where(np.isfinite(r.win_hi), r.win_hi, r.target * 1e3),
                         mean_fn=mean_fn, guess=guess)

@@ -1,0 +1,127 @@
+"""The fit from summaries' fast paths (issue 29: `make demo`'s fits) against the straightforward
+arithmetic they replace, bit for bit: the demo's specs and exports must not change by a bit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from analyses.fit.stepshape import (
+    FAMILIES,
+    StepShape,
+    WindowMean,
+    _solve,
+    capped_mean,
+    mid_mean,
+    solve_levels,
+    std_cdf,
+    std_cdf_sf,
+    std_sf,
+)
+from analyses.fit.summary_fit import _levels, _Rows
+
+
+def _solve_reference(shape: StepShape, target: np.ndarray, center: np.ndarray,
+                     mean_fn: Callable[[np.ndarray], np.ndarray], log_target: np.ndarray, tol: float, iters: int,
+                     guess: np.ndarray | None) -> np.ndarray:
+    """The level search as first written (regula falsi, Illinois rule with a side flag per row)."""
+
+    def g(mu: np.ndarray) -> np.ndarray:
+        out = np.log(mean_fn(mu)) - log_target
+        return np.where(np.isfinite(out), out, np.where(mu < center, -50.0, 50.0))
+
+    center_t = np.log(np.maximum(target, 1e-9)) if guess is None else np.asarray(guess, dtype=float)
+    a = b = fa = fb = None
+    found = np.zeros(target.shape, bool)
+    for width in (4.0 * shape.s + 0.5, 12.0 * shape.s + 2.0, 30.0 * shape.s + 12.0):
+        wa, wb = center_t - width, center_t + width
+        fwa, fwb = g(wa), g(wb)
+        ok = ~found & (fwa < 0) & (fwb > 0)
+        if a is None:
+            a, b, fa, fb = wa, wb, fwa, fwb
+        a, b, fa, fb = np.where(ok, wa, a), np.where(ok, wb, b), np.where(ok, fwa, fa), np.where(ok, fwb, fb)
+        found |= ok
+        if found.all():
+            break
+    side = np.zeros(target.shape)
+    x = 0.5 * (a + b)
+    for _ in range(iters):
+        x = np.where(fb != fa, (a * fb - b * fa) / (fb - fa), 0.5 * (a + b))
+        x = np.where(np.isfinite(x) & (x > np.minimum(a, b)) & (x < np.maximum(a, b)), x, 0.5 * (a + b))
+        fx = g(x)
+        if ((np.abs(fx) < tol) | (np.abs(b - a) < tol)).all():
+            break
+        left = np.sign(fx) == np.sign(fa)
+        fb = np.where(left & (side == 1), fb / 2, fb)
+        fa = np.where(~left & (side == -1), fa / 2, fa)
+        a, fa = np.where(left, x, a), np.where(left, fx, fa)
+        b, fb = np.where(left, b, x), np.where(left, fb, fx)
+        side = np.where(left, 1, -1)
+    if found.all():
+        return x
+    fallback = np.log(np.maximum(target, 1e-300)) - float(shape.ppf(np.array([0.5]))[0])
+    return np.where(found, x, fallback)
+
+
+SHAPES = [StepShape("logistic", 0.4, 1e-3, 2e-3, 6.0, 3.0), StepShape("normal", 0.3, 0.0, 0.0, 5.0, 2.0),
+          StepShape("gumbel_min", 0.5, 1e-4, 0.0, 6.0, 3.0), StepShape("glogistic", 0.35, 0.0, 5e-3, 6.0, 3.0, 4.0)]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cdf_and_sf_together_are_each_alone(family):
+    z = np.concatenate([np.linspace(-40.0, 12.0, 53), [-np.inf, np.inf, 800.0]])
+    c, s = std_cdf_sf(family, z, 3.0)
+    assert np.array_equal(c, std_cdf(family, z, 3.0)) and np.array_equal(s, std_sf(family, z, 3.0))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.family)
+def test_window_mean_is_mid_mean(shape):
+    mu = np.array([5.8, 6.1, 6.0, 2.0, 9.0])
+    lo = np.array([3.0, 400.0, 1.0, 0.5, 3.0])
+    hi = np.array([3000.0, np.inf, 2.0, 40.0, 3.5])
+    assert np.array_equal(WindowMean(shape, lo, hi)(mu), mid_mean(shape, mu, lo, hi), equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.family)
+def test_the_level_search_is_the_first_one(shape):
+    """Windows wide and narrow, one no level reaches (the fallback), with and without a guess."""
+    lo = np.array([3.0, 50.0, 10.0, 100.0, 1.0, 20.0])
+    hi = np.array([3000.0, 900.0, 12.0, 101.0, 1e6, 4000.0])
+    target = np.array([400.0, 200.0, 11.0, 100.9, 30.0, 25.0])
+    for guess in (None, np.log(target) + 0.3):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            center = 0.5 * (np.log(lo) + np.log(hi))
+            args = (shape, target, center, WindowMean(shape, lo, hi), np.log(target), 1e-7, 80, guess)
+            ref = _solve_reference(*args)
+            assert np.array_equal(_solve(*args), ref, equal_nan=True)  # under solve_levels' errstate, as it runs
+        assert np.array_equal(solve_levels(shape, target, lo, hi, guess=guess), ref, equal_nan=True)
+
+
+def test_levels_of_rows_with_and_without_a_window_are_each_rows_own():
+    """A row with no window (a mean only) is solved from its capped mean, the others from their
+    window's: each row's mean computed on its own is what computing both for every row and choosing gives."""
+    from analyses.fit.summary_fit import LengthSummaries
+
+    n = np.array([256.0, 256.0, 4.0, 256.0])
+    d = LengthSummaries("response", np.arange(4), n, np.array([400.0, 380.0, 350.0, 420.0]),
+                        np.array([12.0, 15.0, np.nan, 9.0]), np.array([2000.0, 4000.0, np.nan, 3100.0]),
+                        np.array([0.0, 3.0, 0.0, 0.0]), np.ones(4), 4000.0)
+    r = _Rows(d)
+    windowed = r.mid | r.use_term
+    assert windowed.any() and not windowed.all()
+    sh = SHAPES[0]
+    window = WindowMean(sh, r.win_lo, r.win_hi)
+
+    def both(mu: np.ndarray) -> np.ndarray:
+        return np.where(windowed, window(mu), capped_mean(sh, mu, r.cap))
+
+    hi = np.where(np.isfinite(r.win_hi), r.win_hi, r.target * 1e3)
+    assert np.array_equal(_levels(sh, r), solve_levels(sh, r.target, r.win_lo, hi, mean_fn=both))
+    plain = replace(sh, eps_lo=0.0, eps_hi=0.0)
+    assert np.array_equal(_levels(plain, r, np.log(d.mean)),
+                          solve_levels(plain, r.target, r.win_lo, hi, mean_fn=lambda m: np.where(
+                              windowed, WindowMean(plain, r.win_lo, r.win_hi)(m), capped_mean(plain, m, r.cap)),
+                              guess=np.log(d.mean)))

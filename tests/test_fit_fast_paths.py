@@ -21,7 +21,7 @@ from analyses.fit.stepshape import (
     std_cdf_sf,
     std_sf,
 )
-from analyses.fit.summary_fit import _levels, _Rows
+from analyses.fit.summary_fit import LengthSummaries, _levels, _Rows
 
 
 def _solve_reference(shape: StepShape, target: np.ndarray, center: np.ndarray,
@@ -103,7 +103,6 @@ def test_the_level_search_is_the_first_one(shape):
 def test_levels_of_rows_with_and_without_a_window_are_each_rows_own():
     """A row with no window (a mean only) is solved from its capped mean, the others from their
     window's: each row's mean computed on its own is what computing both for every row and choosing gives."""
-    from analyses.fit.summary_fit import LengthSummaries
 
     n = np.array([256.0, 256.0, 4.0, 256.0])
     d = LengthSummaries("response", np.arange(4), n, np.array([400.0, 380.0, 350.0, 420.0]),
@@ -125,3 +124,19 @@ def test_levels_of_rows_with_and_without_a_window_are_each_rows_own():
                           solve_levels(plain, r.target, r.win_lo, hi, mean_fn=lambda m: np.where(
                               windowed, WindowMean(plain, r.win_lo, r.win_hi)(m), capped_mean(plain, m, r.cap)),
                               guess=np.log(d.mean)))
+
+
+def test_the_body_kept_has_the_spread_fit_levels_gives_it():
+    """fit_body computes the spread's standard error of the body it keeps only: that body is
+    fit_levels' own, field for field."""
+    from analyses.fit.summary_fit import fit_body, fit_levels
+
+    rng = np.random.default_rng(3)
+    x = np.minimum(np.rint(np.exp(6.0 + 0.35 * rng.logistic(size=(4, 128)))), 4000.0)
+    n = np.full(4, 128.0)
+    d = LengthSummaries("response", np.arange(4), n, x.mean(axis=1), x.min(axis=1), x.max(axis=1),
+                        (x >= 4000.0).sum(axis=1).astype(float), np.ones(4), 4000.0)
+    kept = fit_body(d)
+    alone = fit_levels(d, kept.shape.family, skew=kept.shape.skew)
+    assert kept.spread_se > 0 and kept.spread_se == alone.spread_se and kept.loglik == alone.loglik
+    assert kept.shape == alone.shape and np.array_equal(kept.mu, alone.mu) and np.array_equal(kept.mu_var, alone.mu_var)

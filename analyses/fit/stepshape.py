@@ -214,9 +214,12 @@ class StepShape:
     def mass(self, a: np.ndarray, b: np.ndarray, parts: Parts | None = None) -> np.ndarray:
         """P(a < t <= b), accurate in both tails (survival differences above the median);
         ``parts``: :meth:`parts` of ``np.stack([a, b])``."""
-        a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
-        c, s = self.mix(self.parts(np.stack([a, b])) if parts is None else parts)
-        return np.maximum(np.where(a > 0, s[0] - s[1], c[1] - c[0]), 0.0)
+        a = np.asarray(a, dtype=float)
+        if parts is None:
+            a, b = np.broadcast_arrays(a, np.asarray(b, dtype=float))
+            parts = self.parts(np.stack([a, b]))
+        c, s = self.mix(parts)
+        return np.maximum(np.where(a > 0, s[0] - s[1], c[1] - c[0]), 0.0)  # where broadcasts a as the parts are
 
     def exp_parts(self, a: np.ndarray, b: np.ndarray, power: int = 1) -> ExpParts:
         """:meth:`partial_exp`'s terms before the weights."""

@@ -400,14 +400,15 @@ def max_weights(terms: tuple[np.ndarray, ...], start: np.ndarray, tol: float = 1
     e = np.clip(np.exp(np.asarray(start, dtype=float)), lo, hi)
 
     def value(x: np.ndarray) -> float:
-        return float(np.sum(coef * np.log(np.maximum(b + x[0] * p + x[1] * q, 0.0) + 1e-300)))
+        return float((coef * np.log(np.maximum(b + x[0] * p + x[1] * q, 0.0) + 1e-300)).sum())
 
     f = value(e)
     for _ in range(100):
         m = np.maximum(b + e[0] * p + e[1] * q, 1e-300)
         wp, wq = coef * p / m, coef * q / m
         g = np.array([wp.sum(), wq.sum()])
-        hess = -np.array([[np.sum(wp * p / m), np.sum(wp * q / m)], [np.sum(wp * q / m), np.sum(wq * q / m)]])
+        pq = (wp * q / m).sum()
+        hess = -np.array([[(wp * p / m).sum(), pq], [pq, (wq * q / m).sum()]])
         # a bound the gradient pushes against holds its variable; Newton on the others
         free = ~(((e <= lo) & (g < 0)) | ((e >= hi) & (g > 0)))
         if not free.any():
@@ -581,6 +582,14 @@ def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, pe
     The scale ``s`` is profiled on a grid (then refined between the best point's neighbours); at
     each ``s`` the contamination weights maximise the likelihood with the levels held, then the
     levels are solved again."""
+    fit, spread = _fit_levels(d, family, within, per_prompt, shared, skew)
+    return spread(fit)
+
+
+def _fit_levels(d: LengthSummaries, family: str, within: float, per_prompt: int, shared: bool,
+                skew: float) -> tuple[LevelFit, Callable[[LevelFit], LevelFit]]:
+    """:func:`fit_levels` without its last part, the spread's standard error (two more profile
+    points), returned as a function that adds it: :func:`fit_body` adds it to the body it keeps only."""
     r = _Rows(d)
     use = r.exact | r.maxonly | r.avg | r.plain
     if not use.any():
@@ -599,8 +608,8 @@ def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, pe
 
     def total(sh: StepShape, mu: np.ndarray, parts: tuple[RowParts, Any] | None = None) -> float:
         rows, means = (None, None) if parts is None else parts
-        ll = float(np.sum(loglik_rows(sh, r, mu, rows)))
-        return ll + float(np.sum(mean_terms(sh, r, mu, means))) if shared else ll
+        ll = float(loglik_rows(sh, r, mu, rows).sum())
+        return ll + float(mean_terms(sh, r, mu, means).sum()) if shared else ll
 
     def at(s: float, le: np.ndarray, mu: np.ndarray | None) -> tuple[float, np.ndarray, np.ndarray]:
         for _ in range(2):
@@ -619,8 +628,8 @@ def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, pe
 
             def neg(x: np.ndarray, rows: RowsLoglik = rows, means: MeanLoglik | None = means) -> float:
                 sh = make(s, np.clip(x, *LOG_EPS))
-                ll = float(np.sum(rows(sh)))
-                return -(ll + float(np.sum(means(sh))) if means is not None else ll)
+                ll = float(rows(sh).sum())
+                return -(ll + float(means(sh).sum()) if means is not None else ll)
 
             res = optimize.minimize(neg, le, method="Nelder-Mead", options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 60})
             le = np.clip(res.x, *LOG_EPS)
@@ -655,13 +664,17 @@ def fit_levels(d: LengthSummaries, family: str = FAMILY, within: float = 0.0, pe
     shape = make(s, le)
     design = 1.0 + max(per_prompt - 1, 0) * within
     out = LevelFit(shape, d.steps, mu, _level_var(shape, r, mu, design), ll, d, upper)
-    if informative:
-        # how well the summaries know the spread: the profile likelihood's curvature in log s
-        h = SPREAD_STEP
-        lp, lm = at(s * math.exp(h), le, mu)[0], at(s * math.exp(-h), le, mu)[0]
-        curv = (lp - 2 * ll + lm) / (h * h)
-        out.spread_se = min(1.0 / math.sqrt(-curv), MAX_SPREAD_SE) if curv < 0 else MAX_SPREAD_SE
-    return out
+
+    def spread(fit: LevelFit) -> LevelFit:
+        if informative:
+            # how well the summaries know the spread: the profile likelihood's curvature in log s
+            h = SPREAD_STEP
+            lp, lm = at(s * math.exp(h), le, mu)[0], at(s * math.exp(-h), le, mu)[0]
+            curv = (lp - 2 * ll + lm) / (h * h)
+            fit.spread_se = min(1.0 / math.sqrt(-curv), MAX_SPREAD_SE) if curv < 0 else MAX_SPREAD_SE
+        return fit
+
+    return out, spread
 
 
 def heavy_flags(fit: LevelFit) -> np.ndarray:
@@ -745,9 +758,10 @@ def fit_body(d: LengthSummaries, within: float = 0.0, per_prompt: int = 1, multi
     :data:`AGENT_BODIES`): the least skewed whose likelihood is within :data:`FAMILY_MARGIN` of the
     best, so a skew is taken only as far as the summaries ask for it. With the two ends this is
     "the log-logistic unless the Weibull is favoured by more than the margin"."""
-    fits = [fit_levels(d, fam, within, per_prompt, skew=a) for fam, a in (AGENT_BODIES if multi_turn else BODIES)]
-    best = max(f.loglik for f in fits)
-    return next(f for f in fits if f.loglik >= best - FAMILY_MARGIN)
+    fits = [_fit_levels(d, fam, within, per_prompt, False, a) for fam, a in (AGENT_BODIES if multi_turn else BODIES)]
+    best = max(f.loglik for f, _ in fits)
+    fit, spread = next((f, sp) for f, sp in fits if f.loglik >= best - FAMILY_MARGIN)
+    return spread(fit)  # the spread of the body kept: the others' is never read
 
 
 RUNAWAY_MODES = ("heavy", "iid", "none")

@@ -21,7 +21,19 @@ from analyses.fit.stepshape import (
     std_cdf_sf,
     std_sf,
 )
-from analyses.fit.summary_fit import LengthSummaries, _levels, _Rows
+from analyses.fit.summary_fit import (
+    LengthSummaries,
+    MeanLoglik,
+    RowsLoglik,
+    _levels,
+    _Rows,
+    fit_body,
+    fit_levels,
+    loglik_rows,
+    mean_parts,
+    mean_terms,
+    row_parts,
+)
 
 
 def _solve_reference(shape: StepShape, target: np.ndarray, center: np.ndarray,
@@ -129,8 +141,6 @@ def test_levels_of_rows_with_and_without_a_window_are_each_rows_own():
 def test_the_body_kept_has_the_spread_fit_levels_gives_it():
     """fit_body computes the spread's standard error of the body it keeps only: that body is
     fit_levels' own, field for field."""
-    from analyses.fit.summary_fit import fit_body, fit_levels
-
     rng = np.random.default_rng(3)
     x = np.minimum(np.rint(np.exp(6.0 + 0.35 * rng.logistic(size=(4, 128)))), 4000.0)
     n = np.full(4, 128.0)
@@ -140,3 +150,32 @@ def test_the_body_kept_has_the_spread_fit_levels_gives_it():
     alone = fit_levels(d, kept.shape.family, skew=kept.shape.skew)
     assert kept.spread_se > 0 and kept.spread_se == alone.spread_se and kept.loglik == alone.loglik
     assert kept.shape == alone.shape and np.array_equal(kept.mu, alone.mu) and np.array_equal(kept.mu_var, alone.mu_var)
+
+
+def _mixed_rows() -> LengthSummaries:
+    """One batch's extremes with and without a cut, a row whose draws are all one length, a max
+    alone, a mean alone: every branch of the rows' likelihood."""
+    n = np.array([256.0, 256.0, 64.0, 256.0, 4.0, 128.0])
+    return LengthSummaries("response", np.arange(6), n, np.array([400.0, 900.0, 300.0, 420.0, 350.0, 200.0]),
+                           np.array([12.0, 15.0, 300.0, np.nan, np.nan, 180.0]),
+                           np.array([2000.0, 4000.0, 300.0, 3100.0, np.nan, 260.0]),
+                           np.array([0.0, 9.0, 0.0, 0.0, 0.0, 0.0]), np.ones(6), 4000.0)
+
+
+@pytest.mark.parametrize("shift", [0.0, 3.0, -6.0], ids=["mixed", "levels_low", "levels_high"])
+def test_weights_only_likelihoods_with_every_kind_of_row(shift):
+    """RowsLoglik / MeanLoglik (their choices made once where every row makes them alike) are
+    loglik_rows / mean_terms bit for bit, whichever side of the median the endpoints fall."""
+    d = _mixed_rows()
+    r = _Rows(d)
+    assert r.cut.any() and r.maxonly.any() and (d.lo >= d.hi).any()
+    sh = SHAPES[0]
+    mu = np.log(d.mean) - 0.1 + shift
+    for other in (replace(sh, eps_lo=0.013, eps_hi=0.002), replace(sh, eps_lo=1e-7, eps_hi=0.04)):
+        assert np.array_equal(RowsLoglik(r, mu, row_parts(sh, r, mu))(other), loglik_rows(other, r, mu))
+        assert np.array_equal(MeanLoglik(r, mu, mean_parts(sh, r, mu))(other), mean_terms(other, r, mu))
+    plain = LengthSummaries("response", np.arange(3), np.full(3, 100.0), np.array([400.0, 420.0, 380.0]),
+                            np.array([20.0, 25.0, 15.0]), np.array([2000.0, 1900.0, 2500.0]), np.zeros(3), np.ones(3), None)
+    r = _Rows(plain)
+    mu = np.log(plain.mean) + shift
+    assert np.array_equal(RowsLoglik(r, mu, row_parts(sh, r, mu))(sh), loglik_rows(sh, r, mu))

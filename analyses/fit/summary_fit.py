@@ -316,6 +316,15 @@ class RowsLoglik:
         if d.half <= 0:
             self.log_lo = np.log(np.maximum(np.where(r.exact, d.lo, r.floor), 1e-300))
             self.log_hi = np.log(np.maximum(d.hi, 1e-300))
+        # a choice every row makes alike is made once (np.where with a uniform condition is one of
+        # its two arrays, bit for bit): which side of the median an endpoint is, rows with a cut,
+        # with every draw the same length, with a max alone
+        self.side = [bool(v.all()) if v.all() or not v.any() else None for v in self.pos]
+        self.n2, self.n_under = n - 2, n - r.c - 1
+        self.any_cut = self.k_cut is not None and bool(r.cut.any())
+        self.same = d.lo >= d.hi
+        self.any_same, self.any_maxonly = bool(self.same.any()), bool(r.maxonly.any())
+        self.zeros = np.zeros(n.size)
 
     def __call__(self, shape: StepShape) -> np.ndarray:
         r, p = self.r, self.parts
@@ -323,11 +332,13 @@ class RowsLoglik:
             return loglik_rows(shape, r, self.mu, p)
         d = r.d
         n = d.n
-        pos = self.pos
+        pos, side = self.pos, self.side
         c, s = shape.mix(p.ends)
 
         def mass(i: int, j: int) -> np.ndarray:
-            return np.maximum(np.where(pos[i], s[i] - s[j], c[j] - c[i]), 0.0) + 1e-300
+            if side[i] is None:
+                return np.maximum(np.where(pos[i], s[i] - s[j], c[j] - c[i]), 0.0) + 1e-300
+            return np.maximum(s[i] - s[j] if side[i] else c[j] - c[i], 0.0) + 1e-300
 
         if d.half > 0:
             lp_lo, lp_hi = np.log(mass(0, 1)), np.log(mass(2, 3))
@@ -336,13 +347,16 @@ class RowsLoglik:
             lp_lo = np.log(dens[0] + 1e-300) - self.log_lo
             lp_hi = np.log(dens[2] + 1e-300) - self.log_hi
         mid = np.log(mass(1, 4))
-        both = self.k_both + lp_lo + lp_hi + (n - 2) * mid
-        if self.k_cut is not None:
-            cut = self.k_cut + r.c * np.log(s[5] + 1e-300) + lp_lo + (n - r.c - 1) * mid
+        both = self.k_both + lp_lo + lp_hi + self.n2 * mid
+        if self.any_cut:
+            cut = self.k_cut + r.c * np.log(s[5] + 1e-300) + lp_lo + self.n_under * mid
             both = np.where(r.cut, cut, both)
-        both = np.where(d.lo >= d.hi, n * lp_lo, both)
+        if self.any_same:
+            both = np.where(self.same, n * lp_lo, both)
+        if not self.any_maxonly:
+            return np.where(r.exact, both, self.zeros)
         top_only = self.log_n + lp_hi + (n - 1) * np.log(np.maximum(c[2], 1e-300))
-        return np.where(r.exact, both, np.where(r.maxonly, top_only, np.zeros(n.size)))
+        return np.where(r.exact, both, np.where(r.maxonly, top_only, self.zeros))
 
 
 def weight_terms(shape: StepShape, r: _Rows, parts: RowParts) -> tuple[np.ndarray, ...] | None:
@@ -556,6 +570,8 @@ class MeanLoglik:
         with np.errstate(over="ignore"):
             self.exp_mu, self.exp_2mu = np.exp(mu), np.exp(2 * mu)
         self.per = np.maximum(d.n * np.maximum(d.averaged, 1), 1)
+        above = parts[1].a > 0  # the window's lower end above the median: StepShape.mass's choice, made once when alike
+        self.above = bool(above.all()) if above.all() or not above.any() else None
 
     def __call__(self, shape: StepShape) -> np.ndarray:
         (e_parts, cap_parts), w = self.parts
@@ -564,7 +580,11 @@ class MeanLoglik:
             e = self.exp_mu * shape.mix_exp(e_parts)
             if cap_parts is not None:
                 e = e + self.r.cap * shape.mix(cap_parts)[1]
-            m = shape.mass(w.a, w.b, w.mass)
+            if self.above is None:
+                m = shape.mass(w.a, w.b, w.mass)
+            else:
+                c, s = shape.mix(w.mass)
+                m = np.maximum(s[0] - s[1] if self.above else c[1] - c[0], 0.0)
             e1 = shape.mix_exp(w.e1) / m
             e2 = shape.mix_exp(w.e2) / m
             v = np.maximum(self.exp_2mu * (e2 - e1 * e1), 0.0) / self.per

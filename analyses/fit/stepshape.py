@@ -424,12 +424,13 @@ def _solve(shape: StepShape, target: np.ndarray, center: np.ndarray, mean_fn: Ca
     first, prev_left = True, None  # prev_left: the last step kept b (the Illinois rule's memory)
     for _ in range(iters):
         # the secant point where it falls strictly inside the bracket, else the midpoint (fb == fa
-        # makes it infinite or NaN, which the test sends to the midpoint as well)
+        # makes it infinite or NaN, which the test sends to the midpoint as well); a <= b throughout
+        # (it starts so, and x and the midpoint lie between them), so min(a, b) is a and |b - a| is b - a
         mid = 0.5 * (a + b)
         x = (a * fb - b * fa) / (fb - fa)
-        x = np.where(np.isfinite(x) & (x > np.minimum(a, b)) & (x < np.maximum(a, b)), x, mid)
+        x = np.where(np.isfinite(x) & (x > a) & (x < b), x, mid)
         fx = g(x)
-        if ((np.abs(fx) < tol) | (np.abs(b - a) < tol)).all():
+        if ((np.abs(fx) < tol) | (b - a < tol)).all():
             break
         left = np.sign(fx) == np.sign(fa)  # the root is between x and b
         # Illinois: halve the kept end's value when the same end is kept twice in a row (each end's

@@ -340,7 +340,8 @@ def fit_by_turns(s: pl.DataFrame, turns: pl.DataFrame | None, tool_calls: pl.Dat
             if f is not None:
                 comp.setdefault(str(int(n)), {})["final" if final else "tool_turn"] = f
         if comp:
-            out["completion_by_turns"] = dict(sorted(comp.items(), key=lambda kv: int(kv[0])))
+            # sorted at both levels: group_by's order varies from run to run, and a spec's bytes must not
+            out["completion_by_turns"] = {k: dict(sorted(v.items())) for k, v in sorted(comp.items(), key=lambda kv: int(kv[0]))}
     if tool_calls is not None and tool_calls.height:
         c = tool_calls.join(nt, on=["step", "sample_id"]).filter(pl.col("response_tokens").is_not_null())
         res: dict[str, Any] = {}

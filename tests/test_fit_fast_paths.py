@@ -179,3 +179,34 @@ def test_weights_only_likelihoods_with_every_kind_of_row(shift):
     r = _Rows(plain)
     mu = np.log(plain.mean) + shift
     assert np.array_equal(RowsLoglik(r, mu, row_parts(sh, r, mu))(sh), loglik_rows(sh, r, mu))
+
+
+def test_nelder_mead_remembering_clipped_points_fits_the_same(monkeypatch):
+    """The weights' Nelder-Mead (a shared level: prompts) with each clipped point evaluated once
+    (OnBox) fits exactly what evaluating every point again fits, and does revisit points."""
+    import analyses.fit.summary_fit as sf
+
+    rng = np.random.default_rng(5)
+    x = np.rint(np.exp(5.0 + 0.3 * rng.logistic(size=(5, 64))))
+    d = LengthSummaries("prompt", np.arange(5), np.full(5, 64.0), x.mean(axis=1), x.min(axis=1), x.max(axis=1),
+                        np.zeros(5), np.ones(5), None)
+    hits = []
+
+    class Counting(sf.OnBox):
+        def __call__(self, x: np.ndarray) -> float:
+            n = len(self.seen)
+            out = super().__call__(x)
+            hits.append(len(self.seen) == n)
+            return out
+
+    class Forgetful(sf.OnBox):
+        def __call__(self, x: np.ndarray) -> float:
+            return self.f(np.clip(x, *sf.LOG_EPS))
+
+    monkeypatch.setattr(sf, "OnBox", Counting)
+    kept = fit_levels(d, shared=True)
+    assert any(hits)
+    monkeypatch.setattr(sf, "OnBox", Forgetful)
+    again = fit_levels(d, shared=True)
+    assert kept.shape == again.shape and kept.loglik == again.loglik and kept.spread_se == again.spread_se
+    assert np.array_equal(kept.mu, again.mu) and np.array_equal(kept.mu_var, again.mu_var)

@@ -210,3 +210,13 @@ def test_nelder_mead_remembering_clipped_points_fits_the_same(monkeypatch):
     again = fit_levels(d, shared=True)
     assert kept.shape == again.shape and kept.loglik == again.loglik and kept.spread_se == again.spread_se
     assert np.array_equal(kept.mu, again.mu) and np.array_equal(kept.mu_var, again.mu_var)
+
+
+def test_nbinom_logpmf_is_scipys():
+    from scipy import stats
+
+    from analyses.fit.discrete import nbinom_logpmf
+
+    y = np.array([0, 1, 1, 2, 3, 5, 8, 13, 40, 0, 7], np.int64)
+    for r, p in ((0.7, 0.2), (3.0, 0.5), (25.0, 0.9999), (1e-3, 1.0), (5.0, 1e-9), (0.0, 0.5)):
+        assert np.array_equal(nbinom_logpmf(y, r, p), stats.nbinom.logpmf(y, r, p), equal_nan=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 from analyses.fit.continuous import json_safe
 
@@ -69,6 +69,16 @@ class DiscreteFit:
         )
 
 
+def nbinom_logpmf(y: np.ndarray, r: float, p: float, log_fact: np.ndarray | None = None) -> np.ndarray:
+    """``stats.nbinom.logpmf(y, r, p)`` for non-negative integer counts ``y``, bit for bit: scipy's
+    own formula without its argument checks and broadcasting (~20x the formula on a few hundred
+    counts, and a Nelder-Mead fit evaluates it ~40 times); ``log_fact``: ``gammaln(y + 1)``."""
+    if not (r > 0 and 0 < p <= 1):
+        return stats.nbinom.logpmf(y, r, p)
+    log_fact = special.gammaln(y + 1) if log_fact is None else log_fact
+    return special.gammaln(r + y) - log_fact - special.gammaln(r) + r * np.log(p) + special.xlog1py(y, -p)
+
+
 def fit_discrete(x: np.ndarray, tail_mass: float = 1e-6) -> DiscreteFit:
     """Fit a pmf to non-negative integer counts ``x``."""
     x = np.asarray(x)
@@ -99,9 +109,11 @@ def fit_discrete(x: np.ndarray, tail_mass: float = 1e-6) -> DiscreteFit:
     # negative binomial (over-dispersed counts)
     if m > 0 and v > m:
 
+        log_fact = special.gammaln(y + 1)  # what the optimiser does not move
+
         def nll(t: np.ndarray) -> float:
             r, p = math.exp(t[0]), 1 / (1 + math.exp(-t[1]))
-            return -float(np.sum(stats.nbinom.logpmf(y, r, p)))
+            return -float(np.sum(nbinom_logpmf(y, r, p, log_fact)))
 
         r0 = m * m / (v - m)
         p0 = r0 / (r0 + m)

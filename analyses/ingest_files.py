@@ -339,8 +339,11 @@ def set_status(fr: FileReport, first_reason: str | None) -> None:
 
 def stage_chunk(chunk: Chunk, rel: str, prefix: str, staging: RunStaging, fr: FileReport) -> None:
     """Stage a reader chunk's rows and rejects under ``prefix`` and count them into ``fr``."""
+    # the path as a categorical: the staging writer passes it to the Parquet encoder as a one-value
+    # dictionary instead of a string per row (the same file: analyses.parquet_parts)
+    path = pl.lit(rel, dtype=pl.Categorical)
     for table, df in chunk.tables.items():
-        n = staging.append(table, df.with_columns(path=pl.lit(rel)) if _has_path(table) else df, prefix)
+        n = staging.append(table, df.with_columns(path=path) if _has_path(table) else df, prefix)
         fr.rows_out += n
         if n:
             fr.tables.add(table)

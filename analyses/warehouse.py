@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analyses.atomic_output import WriteFailed, try_lock, writing
+from analyses.parquet_parts import PartWriter, arrow_table, categorical_columns
 from analyses.schema import TABLES, Table, conform, parquet_metadata
 
 if TYPE_CHECKING:  # Polars and pyarrow once Parquet is written or scanned: `polytrace runs` and `query` need neither
     import polars as pl
-    import pyarrow.parquet as pq
 
 ENV_WAREHOUSE = "POLYTRACE_WAREHOUSE"
 ENV_KILL_AT = "POLYTRACE_TEST_KILL_AT"  # test hook: SIGKILL this process at the named commit step
@@ -339,6 +339,14 @@ def encode_empty_parts() -> None:
         empty_part(t)
 
 
+def _plain_strings(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with its categorical columns (kept for the part writer) cast back to the contract's strings."""
+    import polars as pl
+
+    cats = categorical_columns(df)
+    return df.with_columns(pl.col(cats).cast(pl.String)) if cats else df
+
+
 def _described(path: Path) -> bool:
     """The Parquet file carries the table's key-value metadata (:func:`analyses.schema.parquet_metadata`)."""
     import polars as pl
@@ -374,7 +382,7 @@ class RunStaging:
         self._owner_fd = os.open(owner, os.O_RDWR)
         fcntl.flock(self._owner_fd, fcntl.LOCK_EX)
         self._counters: dict[str, int] = {}
-        self._writers: dict[tuple[str, str], pq.ParquetWriter] = {}  # touched by the writer thread only between seals
+        self._writers: dict[tuple[str, str], PartWriter] = {}  # touched by the writer thread only between seals
         self._held: dict[tuple[str, str], pl.DataFrame] = {}  # a part's first batch, not written yet (idem)
         self._empty: set[Path] = set()  # compacted files of tables nothing was staged for
         # sealed parts of one batch not written yet: table -> {part file name: rows}; written when a
@@ -446,33 +454,25 @@ class RunStaging:
 
     def _write_batch(self, table: str, df: pl.DataFrame, prefix: str) -> None:
         t = TABLES[table]
-        frame = conform(df, t).select(list(t.stored_columns))
+        # categorical columns stay so: the part writer hands them to the encoder as dictionaries
+        cats = categorical_columns(df)
+        frame = conform(df.drop(cats), t).with_columns(df.select(cats)) if cats else conform(df, t)
+        frame = frame.select(list(t.stored_columns))
         key = (table, prefix)
         if key not in self._writers and key not in self._held:
             # a part's first batch waits for a second one: a part of one batch (a small file, a batch
             # of small files) is written by Polars at its seal, without pyarrow (~0.2 s to import)
             self._held[key] = frame
             return
-        import polars as pl
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         # a failed write is the warehouse's (a full disk), not the input file's: WriteFailed stops the ingest
         with writing(self.root):
             w = self._writers.get(key)
             if w is None:
-                first = self._held.pop(key).to_arrow(compat_level=pl.CompatLevel.oldest())
                 d = self.table_dir(table)
                 d.mkdir(parents=True, exist_ok=True)
-                # min/max of a string column cost a third of the encoding and prune nothing here (a
-                # row group is one reader chunk: it holds that chunk's whole mix of names and paths);
-                # numbers keep theirs
-                stats = [f.name for f in first.schema if not pa.types.is_large_string(f.type)]
-                w = pq.ParquetWriter(d / f"{prefix}-a.parquet", first.schema.with_metadata(parquet_metadata(t)),
-                                     compression="zstd", write_statistics=stats)
+                w = PartWriter(d / f"{prefix}-a.parquet", arrow_table(self._held.pop(key)), parquet_metadata(t))
                 self._writers[key] = w
-                w.write_table(first)
-            w.write_table(frame.to_arrow(compat_level=pl.CompatLevel.oldest()))
+            w.write(arrow_table(frame))
 
     def _drain(self, prefix: str, raise_errors: bool = True) -> None:
         q = self._pending.pop(prefix, deque())
@@ -491,7 +491,7 @@ class RunStaging:
         try:
             self._drain(prefix)
             for key in [k for k in self._held if k[1] == prefix]:  # parts of one batch: kept in memory
-                self._keep_sealed(key[0], f"{prefix}-a.parquet", self._held.pop(key))
+                self._keep_sealed(key[0], f"{prefix}-a.parquet", _plain_strings(self._held.pop(key)))
         finally:
             for key in [k for k in self._held if k[1] == prefix]:  # after a failed write
                 del self._held[key]

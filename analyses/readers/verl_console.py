@@ -235,7 +235,8 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
         pair_rejects = bad_pairs.filter(alive).select(
             "line_no",
             reason=pl.format(
-                "non-numeric pair dropped, rest of line kept: key '{}'", pl.col("key").str.slice(0, 80)
+                "non-numeric pair dropped, rest of line kept: key '{}'",
+                pl.col("key").cast(pl.String).str.slice(0, 80),
             ),
             raw=pl.col("pair"),
         )
@@ -243,10 +244,10 @@ def parse_batch(batch: pl.DataFrame, cut_chars: int = CONSOLE_CUT_CHARS, n_lines
 
     rows = _metric_rows(pairs)
     # the steps accumulator's share of the work, here on the parsing thread (see Chunk.step_summary),
-    # from the categorical names; the rows leave as strings, cast here rather than on the one thread
-    # that writes the staging
+    # from the categorical names; the names leave categorical: the staging writer hands them to the
+    # Parquet encoder as dictionaries (analyses.parquet_parts), conform() makes them strings elsewhere
     summary = summarize_chunk(rows) if rows.height else None
-    tables: dict[str, pl.DataFrame] = {"step_metrics": rows.with_columns(pl.col("metric").cast(pl.String))}
+    tables: dict[str, pl.DataFrame] = {"step_metrics": rows}
     # one attribute row per parsed line, so that steps.truncated_line is a definite False (not
     # unknown) for every step whose line was read whole
     attrs = None
@@ -454,6 +455,7 @@ def _templates(
                 .otherwise(pl.lit(_NO_KEY)),
                 # categorical: gathered per pair as a code, and the steps accumulator reads the codes
                 metric=pl.col("metric").cast(pl.Categorical),
+                key_code=pl.col("key").cast(pl.Categorical),
             )
         )
         hit = _TEMPLATE_CACHE[key] = (tmpl, bool(tmpl.get_column("bad").any()))
@@ -491,7 +493,7 @@ def _parse_rows(rows: pl.DataFrame, tmpl: pl.DataFrame, has_bad: bool) -> pl.Dat
             "line_no": rows.get_column("line_no"),
             "step": rows.get_column("step"),
             "pair": rows.get_column("pair"),
-            "key": tmpl.get_column("key").gather(t),
+            "key": tmpl.get_column("key_code").gather(t),
             "value": value,
             "metric": tmpl.get_column("metric").gather(t),
             "is_validation": tmpl.get_column("is_validation").gather(t),
@@ -505,7 +507,7 @@ def _parse_rows(rows: pl.DataFrame, tmpl: pl.DataFrame, has_bad: bool) -> pl.Dat
         hit = pl.concat([hit.filter(~slow), hit.filter(slow).with_columns(fixed.get_column("value"))])
     if rest is None or rest.height == 0:
         return hit
-    return pl.concat([hit, _parse_pairs(rest.lazy()).select(_PAIR_COLS).with_columns(_CATEGORICAL_METRIC)])
+    return pl.concat([hit, _parse_pairs(rest.lazy()).select(_PAIR_COLS).with_columns(_CATEGORICAL_NAMES)])
 
 
 def _key_table(keys: pl.Series) -> pl.DataFrame:
@@ -532,14 +534,15 @@ def _canonical_per_row(keys: pl.DataFrame, any_renamed: bool) -> pl.Expr:
     return canonical_metric(pl.col("key"))
 
 
-# the pairs' metric names are categorical (gathered as codes from the templates): the steps
-# summary maps them to step inputs without hashing a row (analyses.steps.metric_ids)
-_CATEGORICAL_METRIC = pl.col("metric").cast(pl.Categorical)
+# the pairs' names are categorical (gathered as codes from the templates): the steps summary maps
+# them to step inputs without hashing a row (analyses.steps.metric_ids), and the Parquet encoder
+# takes them as dictionaries (analyses.parquet_parts)
+_CATEGORICAL_NAMES = (pl.col("metric").cast(pl.Categorical), pl.col("key").cast(pl.Categorical))
 
 
 def _metric_rows(good: pl.DataFrame) -> pl.DataFrame:
-    return good.select(
-        "step", _CATEGORICAL_METRIC, "value", pl.col("key").alias("raw_metric"), "is_validation", "line_no"
+    return good.with_columns(_CATEGORICAL_NAMES).select(
+        "step", "metric", "value", pl.col("key").alias("raw_metric"), "is_validation", "line_no"
     )
 
 

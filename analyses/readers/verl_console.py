@@ -541,7 +541,9 @@ _CATEGORICAL_NAMES = (pl.col("metric").cast(pl.Categorical), pl.col("key").cast(
 
 
 def _metric_rows(good: pl.DataFrame) -> pl.DataFrame:
-    return good.with_columns(_CATEGORICAL_NAMES).select(
+    # (a cast of a categorical to itself still maps every row: only the general path's strings are cast)
+    casts = [e for c, e in zip(("metric", "key"), _CATEGORICAL_NAMES, strict=True) if good.schema[c] != pl.Categorical]
+    return good.with_columns(casts).select(
         "step", "metric", "value", pl.col("key").alias("raw_metric"), "is_validation", "line_no"
     )
 

@@ -482,7 +482,8 @@ class StepsAccumulator:
             raise ValueError("chunks are not in (path, line) order: derive steps from the staged rows")
         parts = [f for p in sorted(self._wide) for f in self._wide[p]]
         wide = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame(schema={"step": pl.Int64})
-        if wide.height and not wide.get_column("step").is_unique().all():  # a step re-logged in a later chunk
+        if wide.height and not _ascending(wide.get_column("step")) and not wide.get_column("step").is_unique().all():
+            # a step re-logged in a later chunk
             cols = [c for c in wide.columns if c != "step"]
             wide = wide.group_by("step", maintain_order=True).agg([pl.col(c).drop_nulls().last() for c in cols])
         flags = pl.DataFrame(schema={"step": pl.Int64, "is_training": pl.Boolean, "is_val": pl.Boolean})
@@ -733,6 +734,23 @@ def _unique_steps(parts: dict[str, list[np.ndarray]]) -> np.ndarray:
     return _np_unique(np.concatenate(arrays)) if arrays else np.array([], dtype=np.int64)
 
 
+def _ascending(step: pl.Series) -> bool:
+    """Strictly ascending, no null: each step once, in order."""
+    import numpy as np
+
+    return not step.null_count() and (len(step) < 2 or bool((np.diff(step.to_numpy()) > 0).all()))
+
+
+def _join_steps(left: pl.DataFrame, right: pl.DataFrame) -> pl.DataFrame:
+    """``left.join(right, on="step", how="left")`` (``right``'s steps unique), side by side without a
+    hash join when both hold the same steps in the same order (a clean run's, 0.1 ms instead of
+    ~0.15 s at 436k steps)."""
+    ls, rs = left.get_column("step"), right.get_column("step")
+    if not ls.null_count() and ls.dtype == rs.dtype and ls.equals(rs):
+        return left.hstack(right.drop("step"))
+    return left.join(right, on="step", how="left")
+
+
 def steps_from_wide(
     wide: pl.DataFrame,
     flags: pl.DataFrame,
@@ -752,14 +770,15 @@ def steps_from_wide(
     out = wide.select("step", PER_GPU_THROUGHPUT, CUMULATIVE_TOKENS, *time_sources, *cols)
     training_steps = flags.filter(pl.col("is_training")).select("step")
     val_steps = flags.filter(pl.col("is_val")).select("step", has_validation=pl.lit(True))
-    out = training_steps.join(out, on="step", how="left").sort("step")
+    out = _join_steps(training_steps, out).sort("step")
     if step_attrs is not None:
-        attrs = (
-            step_attrs.group_by("step")
-            .agg(pl.col("ts").drop_nulls().last(), pl.col("truncated_line").fill_null(False).any())
-            .collect()
-        )
-        out = out.join(attrs, on="step", how="left")
+        attrs = step_attrs.collect()
+        if _ascending(attrs.get_column("step")):  # a step per row already: its own last ts and any()
+            attrs = attrs.select("step", "ts", pl.col("truncated_line").fill_null(False))
+        else:
+            attrs = attrs.group_by("step").agg(pl.col("ts").drop_nulls().last(),
+                                               pl.col("truncated_line").fill_null(False).any())
+        out = _join_steps(out, attrs)
     consecutive = pl.col("step").diff() == 1
     stage_sum = pl.sum_horizontal([pl.col(c) for c in STAGE_COLUMNS])
     any_stage = pl.any_horizontal([pl.col(c).is_not_null() for c in STAGE_COLUMNS])

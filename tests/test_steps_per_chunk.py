@@ -172,3 +172,31 @@ def test_a_metric_twice_on_a_categorical_line_is_a_repeat() -> None:
     got = acc.finish()
     assert got.select("step", "gen_time_s", "step_time_s").rows() == [(1, 1.0, 2.0), (2, 4.0, 4.0), (3, 6.0, 6.0)]
     assert_frame_equal(got, _old([rows.with_columns(pl.col("metric").cast(pl.String))]))
+
+
+def test_join_steps_side_by_side_equals_the_hash_join() -> None:
+    left = pl.DataFrame({"step": [1, 2, 3]})
+    same = pl.DataFrame({"step": [1, 2, 3], "x": [10.0, None, 30.0]})
+    assert steps_mod._join_steps(left, same).to_dict(as_series=False) == {"step": [1, 2, 3], "x": [10.0, None, 30.0]}
+    other = pl.DataFrame({"step": [3, 1], "x": [30.0, 10.0]})  # other steps, other order: the hash join
+    got = steps_mod._join_steps(left, other).sort("step")
+    assert got.to_dict(as_series=False) == {"step": [1, 2, 3], "x": [10.0, None, 30.0]}
+
+
+@pytest.mark.parametrize("order", [[1, 2, 3], [3, 1, 2, 1]])
+def test_step_attrs_one_row_per_step_or_many(order: list[int]) -> None:
+    # ascending attrs (one row per step) skip the group_by: the same ts and truncated_line either way
+    ts = pl.Series([None, "2024-01-01 00:00:01", "2024-01-01 00:00:02", None]).str.to_datetime(time_zone="UTC")
+    attrs = pl.DataFrame({"step": order, "ts": ts[: len(order)], "truncated_line": [None, True, False, None][: len(order)]})
+    wide = pl.DataFrame({"step": [1, 2, 3], "timing_s/step": [1.0, 2.0, 3.0]})
+    flags = pl.DataFrame({"step": [1, 2, 3], "is_training": [True] * 3, "is_val": [False] * 3})
+    got = steps_mod.steps_from_wide(wide, flags, attrs.lazy())
+    want_ts = {1: [None, None], 2: ["2024-01-01 00:00:01", None], 3: ["2024-01-01 00:00:02", None]}
+    if order == [1, 2, 3]:
+        assert got.get_column("truncated_line").to_list() == [False, True, False]
+        assert got.get_column("ts").dt.to_string("%Y-%m-%d %H:%M:%S").to_list() == [
+            want_ts[1][0], want_ts[2][0], want_ts[3][0]]
+    else:  # step 1 twice: its last non-null ts (the fourth row has none: the second row's), any() of its flags
+        assert got.get_column("truncated_line").to_list() == [True, False, False]
+        assert got.get_column("ts").dt.to_string("%Y-%m-%d %H:%M:%S").to_list() == [
+            "2024-01-01 00:00:01", "2024-01-01 00:00:02", None]

@@ -481,7 +481,8 @@ class StepsAccumulator:
         if not self.exact:
             raise ValueError("chunks are not in (path, line) order: derive steps from the staged rows")
         parts = [f for p in sorted(self._wide) for f in self._wide[p]]
-        wide = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame(schema={"step": pl.Int64})
+        # contiguous: the steps rows are built on it without another copy (see steps_from_wide's end)
+        wide = pl.concat(parts, how="diagonal_relaxed", rechunk=True) if parts else pl.DataFrame(schema={"step": pl.Int64})
         if wide.height and not _ascending(wide.get_column("step")) and not wide.get_column("step").is_unique().all():
             # a step re-logged in a later chunk
             cols = [c for c in wide.columns if c != "step"]
@@ -741,6 +742,12 @@ def _ascending(step: pl.Series) -> bool:
     return not step.null_count() and (len(step) < 2 or bool((np.diff(step.to_numpy()) > 0).all()))
 
 
+def _sorted(df: pl.DataFrame) -> pl.DataFrame:
+    """``df.sort("step")`` (distinct steps), without the copy when they are in order already."""
+    step = df.get_column("step")
+    return df if not step.null_count() and step.is_sorted() else df.sort("step")
+
+
 def _join_steps(left: pl.DataFrame, right: pl.DataFrame) -> pl.DataFrame:
     """``left.join(right, on="step", how="left")`` (``right``'s steps unique), side by side without a
     hash join when both hold the same steps in the same order (a clean run's, 0.1 ms instead of
@@ -769,8 +776,8 @@ def steps_from_wide(
     cols = [pl.coalesce([pl.col(m) for m in names]).alias(col) for col, names in STEP_COLUMNS.items()]
     out = wide.select("step", PER_GPU_THROUGHPUT, CUMULATIVE_TOKENS, *time_sources, *cols)
     training_steps = flags.filter(pl.col("is_training")).select("step")
-    val_steps = flags.filter(pl.col("is_val")).select("step", has_validation=pl.lit(True))
-    out = _join_steps(training_steps, out).sort("step")
+    val_steps = flags.filter(pl.col("is_val")).get_column("step")
+    out = _sorted(_join_steps(training_steps, out))
     if step_attrs is not None:
         attrs = step_attrs.collect()
         if _ascending(attrs.get_column("step")):  # a step per row already: its own last ts and any()
@@ -802,6 +809,9 @@ def steps_from_wide(
     job_tp = pl.col("total_tokens") / pl.col("step_time_s")
     per_gpu = pl.col(PER_GPU_THROUGHPUT) * (n_gpus if n_gpus else None)
     out = out.with_columns(throughput_tokens_per_s=pl.coalesce(job_tp, per_gpu))
-    out = out.join(val_steps, on="step", how="left").with_columns(pl.col("has_validation").fill_null(False))
+    # (flags' steps are distinct: a membership test is the left join's answer, without copying the rows)
+    out = out.with_columns(has_validation=pl.col("step").is_in(val_steps.implode()).fill_null(False))
     out = out.with_columns(pl.col("truncated_line").fill_null(False)) if "truncated_line" in out.columns else out
-    return conform(out.sort("step"), STEPS)
+    # one chunk per column (as a sort leaves it), so that the Parquet file is cut into the same pages;
+    # only columns built of several chunks are copied
+    return conform(_sorted(out), STEPS).rechunk()

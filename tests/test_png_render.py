@@ -19,6 +19,9 @@ from analyses import png_render
 from analyses import report as R
 from analyses.png_render import PngJob, PngRenderer
 
+# one worker for the module: its browser (started once, seconds of CPU) serves every test
+pytestmark = pytest.mark.xdist_group("png_render")
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

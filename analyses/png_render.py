@@ -109,8 +109,7 @@ class PngRenderer:
 
     async def _render_one(self, job: PngJob) -> PngResult:
         assert self._tabs is not None
-        slot = await self._tabs.get()
-        tab, done = slot
+        tab, done = await self._tabs.get()
         try:
             if done >= RELOAD_EVERY:
                 tab = await self._load(tab)

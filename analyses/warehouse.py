@@ -415,8 +415,7 @@ class RunStaging:
             self._wait_write(table)
             self._writes[table] = (path.name, conformed, self._writer().submit(self._write_part, conformed, t, path))
             return conformed.height
-        with writing(self.root):
-            return write_part(conformed, t, path)
+        return self._write_part(conformed, t, path)
 
     def _write_part(self, df: pl.DataFrame, t: Table, path: Path) -> int:
         with writing(self.root):

@@ -294,6 +294,13 @@ def loglik_rows(shape: StepShape, r: _Rows, mu: np.ndarray, parts: RowParts | No
     return ll
 
 
+def _alike(mask: np.ndarray) -> bool | None:
+    """The value every element of ``mask`` holds, or None when they differ."""
+    if mask.all():
+        return True
+    return False if not mask.any() else None
+
+
 class RowsLoglik:
     """:func:`loglik_rows` at a fixed scale and levels (``parts``: :func:`row_parts`) as a function
     of the shape's weights alone, bit for bit: what the weights do not move (the rows' masks, the
@@ -319,7 +326,7 @@ class RowsLoglik:
         # a choice every row makes alike is made once (np.where with a uniform condition is one of
         # its two arrays, bit for bit): which side of the median an endpoint is, rows with a cut,
         # with every draw the same length, with a max alone
-        self.side = [bool(v.all()) if v.all() or not v.any() else None for v in self.pos]
+        self.side = [_alike(v) for v in self.pos]
         self.n2, self.n_under = n - 2, n - r.c - 1
         self.any_cut = self.k_cut is not None and bool(r.cut.any())
         self.same = d.lo >= d.hi
@@ -570,8 +577,8 @@ class MeanLoglik:
         with np.errstate(over="ignore"):
             self.exp_mu, self.exp_2mu = np.exp(mu), np.exp(2 * mu)
         self.per = np.maximum(d.n * np.maximum(d.averaged, 1), 1)
-        above = parts[1].a > 0  # the window's lower end above the median: StepShape.mass's choice, made once when alike
-        self.above = bool(above.all()) if above.all() or not above.any() else None
+        # the window's lower end above the median: StepShape.mass's choice, made once when alike
+        self.above = _alike(parts[1].a > 0)
 
     def __call__(self, shape: StepShape) -> np.ndarray:
         (e_parts, cap_parts), w = self.parts

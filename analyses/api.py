@@ -368,15 +368,17 @@ class PolyTrace:
                png_dir: Path | None = None, all_pngs: bool = False, progress: Progress | None = None) -> ReportResult:
         """The self-contained HTML report (default ``<warehouse>/reports/polytrace_report.html``);
         ``progress`` hears a step per section and one for the PNGs."""
+        from analyses.figures import house_template
         from analyses.report import build_report, selected_runs
         from analyses.workload_section import workload_section
 
         con = self.connect(shared=True)
         try:
-            chosen = selected_runs(con, runs)
-            extra = [workload_section(self._sync(), self.layout.spec_path, chosen)]
-            return build_report(con, out if out is not None else self.layout.reports / REPORT_NAME, runs=chosen, png=png,
-                                png_dir=png_dir, all_pngs=all_pngs, source=self.location, progress=progress, extra=extra)
+            with house_template():  # one template switch for the workload section and the report
+                chosen = selected_runs(con, runs)
+                extra = [workload_section(self._sync(), self.layout.spec_path, chosen)]
+                return build_report(con, out if out is not None else self.layout.reports / REPORT_NAME, runs=chosen, png=png,
+                                    png_dir=png_dir, all_pngs=all_pngs, source=self.location, progress=progress, extra=extra)
         finally:
             con.close()
 

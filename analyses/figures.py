@@ -30,8 +30,15 @@ def house_template() -> Iterator[None]:
     the caller's default is back on the way out). Plotly gives a new figure its default template
     without validating it, where ``update_layout(template=...)`` validates and deep-copies the
     whole template: 13-35 ms a figure on 2 cores, a third of a report's time. Builders lay their
-    figures out with :func:`template_arg`, so a figure built outside still gets the template."""
+    figures out with :func:`template_arg`, so a figure built outside still gets the template.
+
+    Plotly's setter of the default validates the template it is given, which builds a whole
+    ``Template`` (~40 ms) and discards it; so a nested use (a section inside a report) leaves the
+    default alone."""
     before = pio.templates.default
+    if before == TEMPLATE:
+        yield
+        return
     pio.templates.default = TEMPLATE
     try:
         yield

@@ -223,6 +223,7 @@ def selected_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None) ->
     return wanted
 
 
+@F.house_template()  # once for all its sections (the setter validates a whole template)
 def build_sections(con: duckdb.DuckDBPyConnection, runs: list[str], progress: WorkEvents | None = None) -> list[Section]:
     """A section per view group (and a comparison when several runs are chosen); ``progress``
     hears ``run_start``/``run_done`` per section (the events :mod:`analyses.cli.work_progress` shows)."""
@@ -241,6 +242,7 @@ def build_sections(con: duckdb.DuckDBPyConnection, runs: list[str], progress: Wo
     return out
 
 
+@F.house_template()  # once for all its sections (the setter validates a whole template)
 def group_sections(con: duckdb.DuckDBPyConnection, names: list[str], runs: list[str]) -> dict[str, Section]:
     """The sections of the view groups ``names`` (every view read once, the shared views
     materialized once when there are several), by group name."""
@@ -446,6 +448,7 @@ def _write_png_dir(specs: list[FigureSpec], png_dir: Path, default_dir: bool) ->
     return {k: png_dir / p.name for k, p in written.items()}, note
 
 
+@F.house_template()  # once for all its sections (the setter validates a whole template)
 def build_report(
     con: duckdb.DuckDBPyConnection,
     out: Path,

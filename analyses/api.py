@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -365,9 +365,11 @@ class PolyTrace:
     # ------------------------------------------------------------------ report
 
     def report(self, out: Path | None = None, runs: Iterable[str] | None = None, png: bool = True,
-               png_dir: Path | None = None, all_pngs: bool = False, progress: Progress | None = None) -> ReportResult:
+               png_dir: Path | None = None, all_pngs: bool = False, progress: Progress | None = None,
+               on_section: Callable[[Section], None] | None = None) -> ReportResult:
         """The self-contained HTML report (default ``<warehouse>/reports/polytrace_report.html``);
-        ``progress`` hears a step per section and one for the PNGs."""
+        ``progress`` hears a step per section and one for the PNGs; ``on_section`` is handed each
+        section as soon as it is built."""
         from analyses.figures import house_template
         from analyses.report import build_report, selected_runs
         from analyses.workload_section import workload_section
@@ -378,7 +380,8 @@ class PolyTrace:
                 chosen = selected_runs(con, runs)
                 extra = [workload_section(self._sync(), self.layout.spec_path, chosen)]
                 return build_report(con, out if out is not None else self.layout.reports / REPORT_NAME, runs=chosen, png=png,
-                                    png_dir=png_dir, all_pngs=all_pngs, source=self.location, progress=progress, extra=extra)
+                                    png_dir=png_dir, all_pngs=all_pngs, source=self.location, progress=progress, extra=extra,
+                                    on_section=on_section)
         finally:
             con.close()
 

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,12 +128,19 @@ class PngRenderer:
             self._tabs.put_nowait([tab, done + 1])
 
     async def _render(self, jobs: Sequence[PngJob]) -> list[PngResult]:
+        # the browser may still be starting: wait for it here, on the loop, not in the caller
+        await asyncio.wait_for(asyncio.wrap_future(self._ready), START_TIMEOUT_S)
         return list(await asyncio.gather(*(self._render_one(j) for j in jobs)))
+
+    def submit(self, jobs: Sequence[PngJob]) -> Future[list[PngResult]]:
+        """Start rendering ``jobs`` and return at once: the future gives every job's PNG, in order,
+        or raises when the browser could not start. The caller goes on computing meanwhile (the
+        browser draws on the other core)."""
+        return asyncio.run_coroutine_threadsafe(self._render(list(jobs)), self._loop)
 
     def render(self, jobs: Sequence[PngJob]) -> list[PngResult]:
         """Every job's PNG, in order. Raises when the browser could not start."""
-        self._ready.result(START_TIMEOUT_S)
-        return asyncio.run_coroutine_threadsafe(self._render(jobs), self._loop).result()
+        return self.submit(jobs).result()
 
     @property
     def failed(self) -> bool:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import html
 import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import plotly.io as pio
@@ -27,6 +28,9 @@ from analyses.atomic_output import staged_dir, write_text
 from analyses.figures import FigureSpec
 from analyses.markdown import format_value
 from analyses.views import View, ViewGroup, all_views, headline_frame, view_frame, view_groups
+
+if TYPE_CHECKING:
+    from analyses.png_render import PngRenderer, PngResult
 
 # (event, data): the events analyses.cli.work_progress shows, as fit and fidelity send them
 WorkEvents = Callable[[str, dict[str, Any]], None]
@@ -224,20 +228,25 @@ def selected_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None) ->
 
 
 @F.house_template()  # once for all its sections (the setter validates a whole template)
-def build_sections(con: duckdb.DuckDBPyConnection, runs: list[str], progress: WorkEvents | None = None) -> list[Section]:
+def build_sections(con: duckdb.DuckDBPyConnection, runs: list[str], progress: WorkEvents | None = None,
+                   on_section: Callable[[Section], None] | None = None) -> list[Section]:
     """A section per view group (and a comparison when several runs are chosen); ``progress``
-    hears ``run_start``/``run_done`` per section (the events :mod:`analyses.cli.work_progress` shows)."""
+    hears ``run_start``/``run_done`` per section (the events :mod:`analyses.cli.work_progress` shows);
+    ``on_section`` is handed each section as soon as it is built (its PNGs start meanwhile)."""
     emit = progress or (lambda _e, _d: None)
+    built = on_section or (lambda _s: None)
     out = []
     read = view_reader(con, runs)
     with shared_views_once(con, runs):
         for g in view_groups():
             emit("run_start", {"run_id": g.title, "origins": 0})
             out.append(group_section(con, g, runs, read))
+            built(out[-1])
             emit("run_done", {"run_id": g.title})
         if len(runs) > 1:
             emit("run_start", {"run_id": "comparison", "origins": 0})
             out.append(comparison_section(con, runs, read))
+            built(out[-1])
             emit("run_done", {"run_id": "comparison"})
     return out
 
@@ -315,32 +324,61 @@ def register_png_renderer() -> str:
     return PLOTLY_RENDERER
 
 
-def write_pngs(specs: list[FigureSpec], out_dir: Path, width: int = 1100) -> tuple[dict[str, Path], str | None]:
-    """Render figures to PNG in the process's browser (:mod:`analyses.png_render`, started on the
-    first call and kept until exit); returns (key -> path, note)."""
-    if not specs:
-        return {}, None
-    renderer, missing = _renderer()
-    if renderer is None:
-        return {}, missing
-    from analyses.png_render import PngJob
+class PngBatch:
+    """Figures sent to the process's browser (:mod:`analyses.png_render`, started on the first
+    figure and kept until exit) as soon as they are built, and written as PNG files at the end:
+    the browser draws on the other core while the caller builds the next section."""
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {s.key: out_dir / f"{s.key}.png" for s in specs}
-    try:
-        results = renderer.render([PngJob(s.fig.to_json(validate=False), width, s.fig.layout.height or 420)
-                                   for s in specs])
-    except Exception as exc:  # a browser that cannot start must not cost the HTML report
-        return {}, f"PNG export failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-    done: dict[str, Path] = {}
-    for (key, path), res in zip(paths.items(), results, strict=True):
-        if res.png:
-            path.write_bytes(res.png)
-            done[key] = path
-    if len(done) == len(paths):
-        return done, None
-    first = next((f"{k}: {r.error}" for k, r in zip(paths, results, strict=True) if r.error), "")
-    return done, f"PNG export wrote {len(done)} of {len(paths)} figures" + (f" (first failure {first})" if first else "")
+    def __init__(self, width: int = 1100) -> None:
+        self.width = width
+        self._specs: list[FigureSpec] = []
+        self._pending: list[Future[list[PngResult]]] = []
+        self._renderer: PngRenderer | None = None
+        self._missing: str | None = None
+
+    def submit(self, specs: Sequence[FigureSpec]) -> None:
+        if not specs:
+            return
+        if self._renderer is None and self._missing is None:
+            self._renderer, self._missing = _renderer()
+        if self._renderer is None:
+            return
+        from analyses.png_render import PngJob
+
+        self._specs += specs
+        self._pending.append(self._renderer.submit(
+            [PngJob(s.fig.to_json(validate=False), self.width, s.fig.layout.height or 420) for s in specs]))
+
+    def write(self, out_dir: Path) -> tuple[dict[str, Path], str | None]:
+        """Wait for every figure submitted and write its PNG under ``out_dir``: (key -> path, note
+        on what is missing and why)."""
+        if self._missing is not None:
+            return {}, self._missing
+        if not self._specs:
+            return {}, None
+        try:
+            results = [r for fut in self._pending for r in fut.result()]
+        except Exception as exc:  # a browser that cannot start must not cost the HTML report
+            return {}, f"PNG export failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = {s.key: out_dir / f"{s.key}.png" for s in self._specs}
+        done: dict[str, Path] = {}
+        for (key, path), res in zip(paths.items(), results, strict=True):
+            if res.png:
+                path.write_bytes(res.png)
+                done[key] = path
+        if len(done) == len(paths):
+            return done, None
+        first = next((f"{k}: {r.error}" for k, r in zip(paths, results, strict=True) if r.error), "")
+        return done, f"PNG export wrote {len(done)} of {len(paths)} figures" + (f" (first failure {first})" if first else "")
+
+
+def write_pngs(specs: list[FigureSpec], out_dir: Path, width: int = 1100) -> tuple[dict[str, Path], str | None]:
+    """Render figures to PNG in the process's browser (:class:`PngBatch` of them all); returns
+    (key -> path, note)."""
+    batch = PngBatch(width)
+    batch.submit(specs)
+    return batch.write(out_dir)
 
 
 # ---------------------------------------------------------------- HTML
@@ -436,14 +474,15 @@ def png_specs(figs: list[FigureSpec], runs: list[str], all_pngs: bool = False) -
     return kept, len(keys) - len(kept)
 
 
-def _write_png_dir(specs: list[FigureSpec], png_dir: Path, default_dir: bool) -> tuple[dict[str, Path], str | None]:
-    """:func:`write_pngs` into a staged directory that replaces ``png_dir`` whole, in one rename
+def _write_png_dir(pngs: PngBatch | list[FigureSpec], png_dir: Path, default_dir: bool) -> tuple[dict[str, Path], str | None]:
+    """``pngs`` (figures, or a :class:`PngBatch` of them already drawing) written into a staged
+    directory that replaces ``png_dir`` whole, in one rename
     (:func:`analyses.atomic_output.staged_dir`); when no PNG could be written (no browser), the
     previous directory stays as it was. The default ``<stem>_png`` directory of an older report
     (PNG files only, no marker) is replaced too; a ``--png-dir`` holding other files is refused."""
     owned = default_dir and png_dir.is_dir() and all(p.is_file() and p.suffix == ".png" for p in png_dir.iterdir())
     with staged_dir(png_dir, "report PNGs", owned=owned) as stage:
-        written, note = write_pngs(specs, stage.path)
+        written, note = pngs.write(stage.path) if isinstance(pngs, PngBatch) else write_pngs(pngs, stage.path)
         stage.keep = bool(written)
     return {k: png_dir / p.name for k, p in written.items()}, note
 
@@ -459,6 +498,7 @@ def build_report(
     source: str = "",
     progress: WorkEvents | None = None,
     extra: Iterable[Section] = (),
+    on_section: Callable[[Section], None] | None = None,
 ) -> ReportResult:
     """Write the HTML report for ``runs`` (default: all) of the catalog ``con`` to ``out``.
 
@@ -467,18 +507,32 @@ def build_report(
     ``source`` names the warehouse in the report's header. ``progress`` hears ``start`` (the
     steps, :func:`report_steps`) and ``run_start``/``run_done`` per section and for the PNGs.
     ``extra``: sections built from outside the catalog (the fitted workloads), after the views'.
+    ``on_section`` is handed each section as soon as it is built (``extra`` first): the PNGs of
+    one are drawn while the next is built, here and in the Dagster asset.
     """
     emit = progress or (lambda _e, _d: None)
     chosen = selected_runs(con, runs)
     emit("start", {"runs": report_steps(chosen, png)})
-    sections = build_sections(con, chosen, progress) + list(extra)
+    batch = PngBatch() if png else None
+
+    def built(section: Section) -> None:
+        if batch is not None:
+            batch.submit(png_specs(section.figures, chosen, all_pngs)[0])
+        if on_section is not None:
+            on_section(section)
+
+    extra = list(extra)
+    for s in extra:
+        built(s)
+    sections = build_sections(con, chosen, progress, built) + extra
     pngs: dict[str, Path] = {}
     note: str | None = "PNG export not requested"
-    if png:
+    if batch is not None:
         specs, skipped = png_specs([f for s in sections for f in s.figures], chosen, all_pngs)
         emit("run_start", {"run_id": f"{len(specs)} PNGs", "origins": 0})
-        pngs, note = _write_png_dir(specs, png_dir if png_dir is not None else out.with_name(out.stem + "_png"),
+        pngs, note = _write_png_dir(batch, png_dir if png_dir is not None else out.with_name(out.stem + "_png"),
                                     default_dir=png_dir is None)
+        pngs = {f.key: pngs[f.key] for f in specs if f.key in pngs}  # in the sections' order
         if skipped and note is None:
             note = (f"PNGs of the cross-run figures only: {skipped} per-run figures of {len(chosen)} runs "
                     f"(more than {PNG_MAX_RUNS}) are in the HTML; --all-png exports them too")

@@ -112,3 +112,20 @@ def test_a_browser_that_dies_is_replaced(browser: str, monkeypatch: pytest.Monke
         assert second is not first and _size(second.render([PngJob(LINE, 200, 100)])[0].png) == (200, 100)
     finally:
         png_render.stop()
+
+
+def test_submitted_jobs_draw_while_the_caller_goes_on(renderer: PngRenderer, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    fut = renderer.submit([PngJob(LINE, 300, 200)])
+    assert fut.result(60)[0].png == renderer.render([PngJob(LINE, 300, 200)])[0].png
+    # the report's batch: figures submitted section by section, written at the end in submission order
+    monkeypatch.setattr(R, "_renderer", lambda: (renderer, None))
+    batch = R.PngBatch(width=300)
+    batch.submit([R.FigureSpec("a", go.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2])), True)])
+    batch.submit([])
+    batch.submit([R.FigureSpec("b", go.Figure(go.Bar(y=[1, 5, 2])), True)])
+    done, note = batch.write(tmp_path / "png")
+    assert note is None and list(done) == ["a", "b"]
+    assert [_size(p.read_bytes()) for p in done.values()] == [(300, 420)] * 2
+    alone, _ = R.write_pngs([R.FigureSpec("b", go.Figure(go.Bar(y=[1, 5, 2])), True)], tmp_path / "alone", width=300)
+    assert alone["b"].read_bytes() == done["b"].read_bytes()

@@ -98,6 +98,16 @@ def test_progress_hears_a_step_per_section_and_one_for_the_pngs(wh: Path, tmp_pa
     assert R.report_steps(runs[:1], png=True) == len(view_groups()) + 1
 
 
+def test_each_section_is_handed_on_as_soon_as_it_is_built(wh: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    seen: list[tuple[str, bool]] = []
+    res = PolyTrace(wh).report(out, png=False, on_section=lambda s: seen.append((s.group, out.exists())))
+    # the fitted workloads (built before the views') first, then each view group, then the comparison;
+    # every one before the HTML is written
+    assert seen == [("workload", False), *((g.name, False) for g in view_groups()), ("compare", False)]
+    assert {g for g, _ in seen} == {s.group for s in res.sections}
+
+
 def test_unknown_run_is_refused(wh: Path, tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="nope"):
         PolyTrace(wh).report(tmp_path / "x.html", runs=["nope"], png=False)

@@ -34,7 +34,7 @@ from dagster import (
 from analyses.api import REPORT_NAME, PolyTrace
 from analyses.figures import FigureSpec
 from analyses.markdown import markdown_table
-from analyses.report import ReportResult, Section, png_specs, start_png_browser, write_pngs
+from analyses.report import PngBatch, ReportResult, Section, png_specs, start_png_browser
 from analyses.views import ViewGroup, view_groups
 from pipelines.report_server import url_for
 from pipelines.resources import WarehouseResource
@@ -85,12 +85,13 @@ def _pngs_enabled() -> bool:
     return os.environ.get(ENV_PNG, "1").strip().lower() not in ("0", "false", "no")
 
 
-def _key_figure_pngs(pt: PolyTrace, key_figs: list[FigureSpec]) -> tuple[dict[str, Path], str | None]:
-    """Every selected group's key figures as PNG in one batch (the browser's tabs share the work of
-    all groups rather than a group at a time): (figure key -> PNG, why some are missing)."""
-    if not _pngs_enabled():
+def _key_figure_pngs(pt: PolyTrace, batch: PngBatch | None) -> tuple[dict[str, Path], str | None]:
+    """Every selected group's key figures as PNG, from one batch (the browser's tabs share the work
+    of all groups, and draw while the next sections are built): (figure key -> PNG, why some are
+    missing)."""
+    if batch is None:
         return {}, f"PNG export disabled (${ENV_PNG}=0)"
-    return write_pngs(key_figs, pt.layout.reports / "png", width=PNG_WIDTH)
+    return batch.write(pt.layout.reports / "png")
 
 
 def _group_metadata(pt: PolyTrace, group: ViewGroup, section: Section, runs: list[str], key_figs: list[FigureSpec],
@@ -142,19 +143,30 @@ def characterize(context: AssetExecutionContext, warehouse: WarehouseResource) -
     pt = warehouse.polytrace
     selected = context.selected_asset_keys
     groups = [g for g in view_groups() if GROUP_SPECS[g.name].key in selected]
-    if groups and _pngs_enabled():
-        start_png_browser()  # Chromium starts while the sections are computed
+    batch = PngBatch(PNG_WIDTH) if groups and _pngs_enabled() else None
+    if batch is not None:
+        start_png_browser()  # Chromium starts while the first sections are computed
+    runs = pt.run_ids()
+    key_figs: dict[str, list[FigureSpec]] = {}
+
+    def built(section: Section) -> None:
+        # a selected group's key figures go to the browser as soon as its section is built
+        if section.group in GROUP_SPECS and GROUP_SPECS[section.group].key in selected:
+            key_figs[section.group] = png_specs(section.figures, runs)[0]
+            if batch is not None:
+                batch.submit(key_figs[section.group])
+
     res = None
     if REPORT_SPEC.key in selected:
         # the group assets' PNGs are written below; the report only needs the HTML
-        res = pt.report(png=False)
+        res = pt.report(png=False, on_section=built)
         sections = {s.group: s for s in res.sections}
         context.log.info(f"report {res.path}: {len(res.sections)} sections, {res.n_figures} figures")
     else:
         sections = pt.sections([g.name for g in groups])
-    runs = pt.run_ids()
-    key_figs = {g.name: png_specs(sections[g.name].figures, runs)[0] for g in groups}
-    rendered, note = _key_figure_pngs(pt, [f for figs in key_figs.values() for f in figs])
+        for g in groups:
+            built(sections[g.name])
+    rendered, note = _key_figure_pngs(pt, batch)
     for g in groups:
         section = sections[g.name]
         context.log.info(f"{g.name}: {section.headline.height} headline row(s), {len(section.figures)} figure(s)")

@@ -644,9 +644,11 @@ class PolyTrace:
             spec = read_spec(sp)
             # the warehouse's own exports/ directories: replaced whole whatever an older version left in them
             out.files[r] = {}
+            drawn: dict = {}  # each workload's steps drawn once for all the formats
             for fmt in format_names():
                 try:
-                    out.files[r][fmt] = export_spec(spec, fmt, self.layout.export_dir(r, fmt), seed=seed, owned=True)
+                    out.files[r][fmt] = export_spec(spec, fmt, self.layout.export_dir(r, fmt), seed=seed, owned=True,
+                                                    drawn=drawn)
                 except ExportError as exc:
                     out.missing.setdefault(r, {})[fmt] = str(exc)
         return out

@@ -359,3 +359,24 @@ def test_dapo_filter_fit_and_file_by_hand(single, tmp_path: Path) -> None:
     files = export(spec, "polytrace-v2", tmp_path, seed=2, steps=3)
     lines = (tmp_path / "dapo_filter_indices.jsonl").read_text().splitlines()
     assert tmp_path / "dapo_filter_indices.jsonl" in files and [json.loads(x)["workload_step"] for x in lines] == [0, 1, 2]
+
+
+def test_every_format_of_a_spec_from_one_draw_writes_the_same_bytes(multi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from analyses.export import registry
+
+    calls: list[str | None] = []
+    real = registry.generate
+    monkeypatch.setattr(registry, "generate", lambda *a, **k: calls.append(k.get("key")) or real(*a, **k))
+    drawn: dict = {}
+    for fmt in format_names():
+        export(multi, fmt, tmp_path / "shared" / fmt, drawn=drawn)
+    shared_calls = len(calls)
+    for fmt in format_names():
+        export(multi, fmt, tmp_path / "alone" / fmt)
+    # each workload drawn once for every format that replays steps, instead of once per format
+    assert shared_calls == len(multi["workloads"]) < len(calls) - shared_calls
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != MARKER}
+
+    assert files(tmp_path / "shared") == files(tmp_path / "alone")

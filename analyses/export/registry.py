@@ -40,6 +40,8 @@ class ExportJob:
     steps: int | None = None
     step_interval_s: float | None = None
     options: dict[str, Any] = field(default_factory=dict)  # format-specific (vidur_date, task, ...)
+    # the draws of this spec's workloads already made for another format (see :func:`export`)
+    drawn: dict[tuple[Any, ...], Generated] | None = None
 
     @cached_property
     def generated(self) -> Generated:
@@ -55,7 +57,13 @@ class ExportJob:
                 raise ExportError(f"--records-per-step {per}: must be a positive multiple of the workload's {k} samples "
                                   "per prompt")
             w = {**w, "batch": {**w["batch"], "prompts_per_step": int(per) // k}}
-        return generate(w, steps_for(w, n), self.seed, key=self.key)
+        memo_key = (self.key, self.seed, n, per)
+        if self.drawn is not None and memo_key in self.drawn:
+            return self.drawn[memo_key]
+        g = generate(w, steps_for(w, n), self.seed, key=self.key)
+        if self.drawn is not None:
+            self.drawn[memo_key] = g
+        return g
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,7 @@ def workload_dirs(spec: dict[str, Any], out: Path, only: str | None = None) -> l
 
 def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = None, seed: int = 0,
            workload: str | None = None, step_interval_s: float | None = None, owned: bool = False,
-           **options: Any) -> list[Path]:
+           drawn: dict[tuple[Any, ...], Generated] | None = None, **options: Any) -> list[Path]:
     """Write ``fmt`` for every workload of ``spec`` under ``out``; returns the files written.
 
     ``out`` appears whole or not at all (:func:`analyses.atomic_output.staged_dir`): everything is
@@ -124,7 +132,9 @@ def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = Non
     spec that lacks what the format needs raises :class:`ExportError` and leaves ``out`` as it was.
     An existing ``out`` is replaced only when polytrace wrote it or it is empty, unless ``owned``
     (the warehouse's own ``exports/``); else :class:`~analyses.atomic_output.OutputRefused`.
-    ``options`` are the format's own (``vidur_date``, ``task``, ``records_per_step``, ...)."""
+    ``options`` are the format's own (``vidur_date``, ``task``, ``records_per_step``, ...).
+    ``drawn``: a dict kept across the formats of one ``spec`` (empty at first), so that each
+    workload's steps are drawn once rather than once per format (the same draws either way)."""
     f = export_format(fmt)
     dirs = workload_dirs(spec, out, workload)
     written: list[Path] = []
@@ -134,7 +144,7 @@ def export(spec: dict[str, Any], fmt: str, out: Path, *, steps: int | None = Non
             sd.mkdir(parents=True, exist_ok=True)
             try:
                 with writing(out):
-                    files = f.write(ExportJob(key, w, spec, sd, seed, steps, step_interval_s, dict(options)))
+                    files = f.write(ExportJob(key, w, spec, sd, seed, steps, step_interval_s, dict(options), drawn))
             except KeyError as exc:
                 if (w.get("source") or {}).get("kind") == "summaries":
                     raise ExportError(f"{fmt}: workload {key!r} has no {exc.args[0]!r}, which this format needs: the "

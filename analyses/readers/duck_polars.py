@@ -5,7 +5,10 @@ through pyarrow, whose import (with numpy's) costs ~0.2-0.3 s: as much as a whol
 few hundred small step files. Both directions have a way round it:
 
 * into DuckDB: :class:`ArrowStream` hands a frame over through the Arrow PyCapsule interface
-  (``__arrow_c_stream__``), which DuckDB scans without pyarrow;
+  (``__arrow_c_stream__``), which DuckDB scans without pyarrow; DuckDB asks a registered stream
+  for it four times a query, and each export turns Polars' string views into Arrow strings (a
+  copy of every string), so a large frame goes as an Arrow table of string views instead
+  (:func:`duck_source`: exported once, without a copy);
 * out of DuckDB: a small result is written by DuckDB as an uncompressed Parquet file and read
   back by Polars (a few ms for thousands of rows; the types are the ones Arrow gives: BIGINT,
   DOUBLE, VARCHAR, BOOLEAN, lists and structs). Polars reading DuckDB's own capsule would be
@@ -34,6 +37,14 @@ class ArrowStream:
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         return self.df.__arrow_c_stream__(requested_schema)
+
+
+def duck_source(df: pl.DataFrame, large: bool) -> object:
+    """``df`` as DuckDB registers it: ``large``, an Arrow table of string views (no copy, and
+    scanned as often as DuckDB likes); else an :class:`ArrowStream` (no pyarrow)."""
+    if large:
+        return df.to_arrow(compat_level=pl.CompatLevel.newest())
+    return ArrowStream(df)
 
 
 def to_polars(rel: duckdb.DuckDBPyRelation, large: bool) -> pl.DataFrame:

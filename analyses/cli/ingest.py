@@ -42,6 +42,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from analyses.atomic_output import WriteFailed
     from analyses.ingest import RunSourceConflict, iter_run_dirs
+    from analyses.malloc_reuse import keep_freed_heap
     from analyses.progress import IngestProgress
     from analyses.warehouse import DEFAULT_LOCK_WAIT_S, CommitRefused, RunLocked, read_published
 
@@ -62,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError("--workers must be >= 1")
     show = not args.quiet
+    keep_freed_heap()  # the command ends with its ingest: batches reuse the pages the last one freed
     plans = _plan(runs, args.run_id, show)  # every id checked before anything is written
     pt = warehouse(args, must_exist=False)
     pt.prepare()  # an object store that does not answer fails here, before any run is read

@@ -16,6 +16,7 @@ import pytest
 from analyses.manifest import RunManifest
 from analyses.readers import limits
 from analyses.readers.base import FileContext
+from analyses.readers.duck_polars import duck_source
 from analyses.readers.polytrace_v2 import MULTITURN_FIELDS, PACKED_FIELDS, MultiturnWorkloadReader
 from analyses.readers.typed_jsonl import Decoded, Field, _nonblank, decode_frame, fast_decode_frame
 
@@ -105,6 +106,13 @@ def test_real_search_r1_step_is_fast_despite_long_fraction_digits() -> None:
         ("required_field_null", {"prompt_len": "null"}, "missing field: prompt_len"),
         ("negative_value", {"prompt_len": "-1"}, "negative value: prompt_len"),
         ("negative_sub_value", {"turns": f"[{TURN_NEG}]"}, "negative value: turns[].completion_tokens"),
+        # JSON's whitespace (space, tab, CR) between a key and a wrong-typed value
+        ("int_as_string_after_a_tab", {"prompt_len": '\t"10"'}, "wrong type for prompt_len: VARCHAR"),
+        ("string_as_number_after_cr_and_spaces", {"finish_reason": "\r  1"}, "wrong type for finish_reason: UBIGINT"),
+        ("key_spaced_from_its_colon", {"extra": '1, "validate"\t : "true"'}, "wrong type for validate"),
+        # other Unicode spaces are no JSON whitespace: the line does not parse
+        ("no_break_space_before_a_value", {"prompt_len": "\u00a010"}, "invalid JSON"),
+        ("ideographic_space_before_the_colon", {"extra": '1, "validate"\u3000: "x"'}, "invalid JSON"),
     ],
 )
 def test_quirk_sends_the_batch_down_the_validating_path(quirk: str, over: dict[str, str], reason: str | None) -> None:
@@ -118,6 +126,28 @@ def test_quirk_sends_the_batch_down_the_validating_path(quirk: str, over: dict[s
     assert slow.rejects["line_no"].to_list() == [2], quirk
     assert slow.rejects["reason"].item().startswith(reason), quirk
     assert slow.ok["line_no"].to_list() == [1, 3]
+
+
+def test_large_batch_goes_to_duckdb_as_string_views(monkeypatch: pytest.MonkeyPatch) -> None:
+    # past ARROW_FROM_BYTES of text a batch is handed to DuckDB as an Arrow table of string views:
+    # short strings inline in their view, long and multi-byte ones in the data buffer
+    import analyses.readers.typed_jsonl as typed_jsonl
+
+    monkeypatch.setattr(typed_jsonl, "ARROW_FROM_BYTES", 0)
+    sources: list[object] = []
+
+    def spy(df: pl.DataFrame, large: bool) -> object:
+        sources.append(duck_source(df, large))
+        return sources[-1]
+
+    monkeypatch.setattr(typed_jsonl, "duck_source", spy)
+    reasons = ['""', '"stop"', '"twelve bytes"', '"more than twelve bytes"', '"\u00e9t\u00e9 \u2713 done"', '"日本語の理由"']
+    lines = [mt(i, finish_reason=reasons[i % len(reasons)]) for i in range(70)]  # past the 64 passed as a parameter
+    slow, fast = both(lines)
+    assert fast is not None and fast.ok.height == 70
+    assert fast.ok["finish_reason"][5] == "日本語の理由"
+    assert sources and all(type(s).__name__ == "Table" and str(s.schema.field("line").type) == "string_view"
+                           for s in sources)
 
 
 @pytest.mark.parametrize("line", ["null", "[1]", "7", '"s"', "{", '{"step": 0} x', " " + mt(9)])

@@ -1,6 +1,6 @@
 """The characterize assets: materialize them against a synthetic warehouse and read their metadata.
 
-PNG rendering itself is covered by tests/test_report.py; here ``write_pngs`` is replaced by a stub
+PNG rendering itself is covered by tests/test_report.py; here the PNG batch (``PngBatch``) is replaced by a stub
 (Chromium start-up would triple the test's time) that "renders" the lengths figures and reports
 a missing browser for the others of its one batch, so both metadata branches are checked.
 """
@@ -19,17 +19,30 @@ from pipelines.assets import characterize as C
 from pipelines.resources import WarehouseResource
 
 
-def _stub_pngs(specs, out_dir: Path, width: int = 1100):  # noqa: ANN001, ANN202
-    # one batch for every group's key figures: the lengths figures "render", the others do not
-    done = {s.key: out_dir / f"{s.key}.png" for s in specs if s.key.startswith("lengths__")}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for p in done.values():
-        p.write_bytes(b"\x89PNG stub")
-    return done, None if len(done) == len(specs) else "PNG export skipped: no Chrome/Chromium found"
+class _StubPngBatch:
+    """One batch for every group's key figures: the lengths figures "render", the others do not."""
+
+    def __init__(self, width: int = 1100) -> None:
+        self.specs: list = []
+
+    def submit(self, specs) -> None:  # noqa: ANN001
+        self.specs += specs
+
+    def write(self, out_dir: Path):  # noqa: ANN202
+        done = {s.key: out_dir / f"{s.key}.png" for s in self.specs if s.key.startswith("lengths__")}
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for p in done.values():
+            p.write_bytes(b"\x89PNG stub")
+        return done, None if len(done) == len(self.specs) else "PNG export skipped: no Chrome/Chromium found"
 
 
-def test_characterize_assets_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(C, "write_pngs", _stub_pngs)
+@pytest.fixture
+def stub_pngs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(C, "PngBatch", _StubPngBatch)
+    monkeypatch.setattr(C, "start_png_browser", lambda: None)
+
+
+def test_characterize_assets_metadata(tmp_path: Path, stub_pngs: None) -> None:
     root = tmp_path / "wh"
     build_demo_warehouse(root)
     res = materialize(
@@ -63,8 +76,7 @@ def test_characterize_assets_metadata(tmp_path: Path, monkeypatch: pytest.Monkey
     assert overview.startswith("| run_id | model | gpus_used |") and "| math-a |" in overview
 
 
-def test_empty_warehouse_says_what_is_needed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(C, "write_pngs", _stub_pngs)
+def test_empty_warehouse_says_what_is_needed(tmp_path: Path, stub_pngs: None) -> None:
     res = materialize(
         [C.characterize],
         selection=[AssetKey("filter_waste_view")],  # one group alone: only its section is computed

@@ -35,6 +35,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 INSTALL_TIMEOUT_S = 1800
 DRIVER_TIMEOUT_S = 1200
+# Driver verdicts are cached under cache_root()/verdicts, keyed by content (run_driver); set to 1 to run
+# every driver whatever the cache holds (`make conformance` does)
+FRESH_ENV = "POLYTRACE_CONFORMANCE_FRESH"
+VERDICT_CACHE_KEEP = 16
+REPORT_ENV = "POLYTRACE_CONFORMANCE_REPORT"  # the conformance summary's log (harness.measure)
 
 
 class ConsumerUnavailable(RuntimeError):
@@ -181,8 +186,91 @@ def _clean_env() -> dict[str, str]:
 
 
 def run_driver(c: Consumer, jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run the consumer's driver over ``jobs`` (one verdict each, in order)."""
+    """The consumer's driver's verdicts over ``jobs`` (one each, in order): from the verdict cache when
+    the same driver code under the same environment has judged files of the same bytes, else run."""
     python = ensure(c)
+    fresh = os.environ.get(FRESH_ENV, "") not in ("", "0")
+    entry = cache_root() / "verdicts" / f"{c.name}-{c.version}-{_verdict_key(c, jobs)}.json"
+    if not fresh and entry.is_file():
+        try:
+            cached = json.loads(entry.read_text())
+            verdicts = _moved(cached["verdicts"], cached["paths"], _job_paths(jobs))
+            measure(check="driver_cache", run=c.name, jobs=len(jobs), entry=entry.name)
+            return verdicts
+        except (OSError, ValueError, KeyError):  # a damaged entry is run again and rewritten
+            pass
+    verdicts = _run_driver(c, python, jobs)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"paths": _job_paths(jobs), "verdicts": verdicts}))
+    os.replace(tmp, entry)
+    _prune(entry.parent, f"{c.name}-{c.version}-")
+    return verdicts
+
+
+def measure(**fields: Any) -> None:
+    """Log one measurement or verdict (a JSON line) for the end-of-run summary; a no-op outside one."""
+    path = os.environ.get(REPORT_ENV)
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(fields, default=str) + "\n")
+
+
+def _job_paths(jobs: Sequence[dict[str, Any]]) -> list[str]:
+    """Every absolute path of an existing file or directory the jobs name, in job order."""
+    return [v for job in jobs for _k, v in sorted(job.items()) if _is_path(v)]
+
+
+def _is_path(v: Any) -> bool:
+    return isinstance(v, str) and os.path.isabs(v) and os.path.exists(v)
+
+
+def _digest(path: Path) -> str:
+    """sha256 of a file's bytes, or of a directory's relative names and bytes (recursively)."""
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for p in files:
+        h.update(p.relative_to(path).as_posix().encode() + b"\0" if p != path else b"\0")
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _verdict_key(c: Consumer, jobs: Sequence[dict[str, Any]]) -> str:
+    """What a verdict depends on: the consumer's pinned environment, every driver source, each job with the
+    files and directories it names replaced by their content (their paths change every test run)."""
+    h = hashlib.sha256(json.dumps([c.requirement, c.extras, c.lock_hash(), sys.version_info[:2]]).encode())
+    for p in sorted((HERE / "drivers").glob("*.py")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    norm = [{k: ("sha256:" + _digest(Path(v))) if _is_path(v) else v for k, v in sorted(job.items())} for job in jobs]
+    h.update(json.dumps(norm, sort_keys=True).encode())
+    return h.hexdigest()[:32]
+
+
+def _moved(verdicts: list[dict[str, Any]], old: list[str], new: list[str]) -> list[dict[str, Any]]:
+    """Cached verdicts with the paths of the run that wrote them replaced by this run's (longest first, so
+    a directory's path does not rewrite part of a longer one)."""
+    text = json.dumps(verdicts)
+    pairs = sorted({json.dumps(o)[1:-1]: json.dumps(n)[1:-1] for o, n in zip(old, new, strict=True)}.items(),
+                   key=lambda kv: -len(kv[0]))
+    # two steps through raw NUL marks (JSON text escapes every NUL of a value): a new path may contain an old one
+    for i, (o, _n) in enumerate(pairs):
+        text = text.replace(o, f"\x00{i}\x00")
+    for i, (_o, n) in enumerate(pairs):
+        text = text.replace(f"\x00{i}\x00", n)
+    return json.loads(text)
+
+
+def _prune(d: Path, prefix: str, keep: int = VERDICT_CACHE_KEEP) -> None:
+    """Keep the newest ``keep`` entries of one consumer version."""
+    entries = sorted(d.glob(prefix + "*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for p in entries[keep:]:
+        p.unlink(missing_ok=True)
+
+
+def _run_driver(c: Consumer, python: Path, jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix=f"conformance-{c.name}-") as tmp:
         jobs_file = Path(tmp) / "jobs.json"
         jobs_file.write_text(json.dumps(list(jobs)))

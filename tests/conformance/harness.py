@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from .consumers import _locked
+from .consumers import REPORT_ENV, _locked, measure  # noqa: F401 - measure: the tests import it from here
 from .realruns import REPO
 
 # Every format the CLI exports, and the consumer that judges it (a new CLI format fails
@@ -66,15 +66,6 @@ class Build:
 
 
 Verdicts = dict[tuple[str, str], dict[str, Any]]  # (check, file) -> a consumer driver's verdict
-REPORT_ENV = "POLYTRACE_CONFORMANCE_REPORT"
-
-
-def measure(**fields: Any) -> None:
-    """Log one measurement or verdict (a JSON line) for the end-of-run summary; a no-op outside one."""
-    path = os.environ.get(REPORT_ENV)
-    if path:
-        with open(path, "a") as fh:
-            fh.write(json.dumps(fields, default=str) + "\n")
 
 
 def once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Any]) -> tuple[Path, Any]:

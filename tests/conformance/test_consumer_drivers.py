@@ -123,3 +123,41 @@ def test_declared_consumer_versions_are_the_ones_the_suite_checks() -> None:
 
     assert (cv.UPSTREAM_POLYTRACE_REPO, cv.UPSTREAM_POLYTRACE_COMMIT) == (up.UPSTREAM_REPO, up.UPSTREAM_COMMIT)
     assert (cv.AIPERF_VERSION, cv.VIDUR_VERSION) == (CONSUMERS["aiperf"].version, CONSUMERS["vidur"].version)
+
+
+def test_a_cached_verdict_is_reused_only_for_the_same_bytes_and_names_this_runs_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_driver's verdict cache: a second run over files of the same bytes at other paths gets the
+    first run's verdicts with its own paths; one changed byte, or POLYTRACE_CONFORMANCE_FRESH, runs the driver."""
+    monkeypatch.setenv("POLYTRACE_CONFORMANCE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(consumers.FRESH_ENV, raising=False)
+    c = consumers.CONSUMERS["vidur"]
+    monkeypatch.setattr(consumers, "ensure", lambda _c: Path("python"))
+    runs: list[list[dict[str, Any]]] = []
+
+    def driver(_c: consumers.Consumer, _py: Path, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        runs.append(jobs)
+        return [{"file": j["file"], "ok": True, "error": f"read {j['file']}/x", "n": len(runs)} for j in jobs]
+
+    monkeypatch.setattr(consumers, "_run_driver", driver)
+
+    def files(d: Path, text: str) -> list[dict[str, Any]]:
+        (d / "sub").mkdir(parents=True)
+        (d / "a.csv").write_text(text)
+        (d / "sub" / "b.csv").write_text("b")
+        return [{"check": "trace_replay", "file": str(d / "a.csv")}, {"check": "request_length", "file": str(d / "sub")}]
+
+    first = consumers.run_driver(c, files(tmp_path / "one", "a"))
+    again = files(tmp_path / "one-again", "a")  # the old paths are a prefix of the new ones
+    got = consumers.run_driver(c, again)
+    assert len(runs) == 1
+    assert got == [{"file": j["file"], "ok": True, "error": f"read {j['file']}/x", "n": 1} for j in again]
+    assert first[0]["file"] == str(tmp_path / "one" / "a.csv")
+    consumers.run_driver(c, files(tmp_path / "two", "A"))  # one byte changed
+    assert len(runs) == 2
+    (tmp_path / "one-again" / "sub" / "b.csv").write_text("B")  # a file inside a named directory changed
+    consumers.run_driver(c, again)
+    assert len(runs) == 3
+    monkeypatch.setenv(consumers.FRESH_ENV, "1")
+    consumers.run_driver(c, files(tmp_path / "three", "a"))
+    assert len(runs) == 4

@@ -28,6 +28,10 @@ def hive_table(root: Path, table: str) -> pl.DataFrame:
     return pl.from_arrow(ds.dataset(base, format="parquet", partitioning=part, schema=schema).to_table())
 
 
+# one worker runs the module: its module fixture (sample_logs ingested) is built once, not on each worker
+pytestmark = pytest.mark.xdist_group("hive_layout")
+
+
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wh = tmp_path_factory.mktemp("hive") / "wh"

@@ -45,6 +45,10 @@ def moto_server(**env: str) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+# one worker runs the module: its module fixture (the moto S3 server) is built once, not on each worker
+pytestmark = pytest.mark.xdist_group("object_warehouse")
+
+
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
     with moto_server() as url:

@@ -57,6 +57,10 @@ def _hand_trace(d: Path) -> Path:
     return w.write(d / "hand" / "rank-0.json").parent
 
 
+# one worker runs the module: its module fixture (the hand-written and verl traces ingested) is built once, not on each worker
+pytestmark = pytest.mark.xdist_group("trace_views")
+
+
 @pytest.fixture(scope="module")
 def wh(tmp_path_factory: pytest.TempPathFactory) -> PolyTrace:
     d = tmp_path_factory.mktemp("traces")

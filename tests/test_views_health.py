@@ -139,6 +139,10 @@ REAL = {
 }
 
 
+# one worker runs the module: its module fixture (the real runs ingested) is built once, not on each worker
+pytestmark = pytest.mark.xdist_group("views_health")
+
+
 @pytest.fixture(scope="module")
 def real_con(real_logs: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     root = tmp_path_factory.mktemp("health") / "wh"

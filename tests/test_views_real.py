@@ -17,7 +17,8 @@ from _views_util import rows
 from analyses.api import PolyTrace
 from analyses.ingest import ingest_run
 
-pytestmark = pytest.mark.real_logs
+# one worker runs the module: its module fixture (five real runs ingested) is built once, not on each worker
+pytestmark = [pytest.mark.real_logs, pytest.mark.xdist_group("views_real")]
 
 VIDEO = "polytrace/verl-video/profile/packed_length_log/20260609_033329"
 CODER = "polytrace/rllm/profile/packed_length_log/20260616_024512"

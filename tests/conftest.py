@@ -62,9 +62,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     xdist 3.8 groups the tests whose node id ends in ``@group``, and renames them by setting
     ``item._nodeid``; pytest 9.2 derives ``nodeid`` from ``item._id``, so the rename was lost and
     every group spread over both workers: the second worker blocked on the conformance build's
-    lock, and the two Ray tests started their clusters at once on 2 cores."""
+    lock, and the two Ray tests started their clusters at once on 2 cores.
+
+    Also the modules holding a ``slow`` test go first, each kept whole (its module fixtures are
+    built once): after the groups, xdist hands the tests out in collection order, so a long test
+    collected last (test_watch.py's) ran alone at the end while the other worker had finished."""
     if not getattr(config.option, "loadgroup", False):  # set on the workers under --dist loadgroup
         return
+    slow_modules = {it.nodeid.split("::")[0] for it in items if it.get_closest_marker("slow")}
+    items.sort(key=lambda it: it.nodeid.split("::")[0] not in slow_modules)  # stable: each module stays in order
     from _pytest.nodeid import coerce_node_id
 
     for item in items:

@@ -170,6 +170,7 @@ def test_alert_checks_red_with_detail_in_the_per_run_job(tmp_path: Path) -> None
     assert len(healthy) == len(ALERT_RULES) and all(ev.passed for ev in healthy)
 
 
+@pytest.mark.slow
 def test_notification_sensor_sends_a_partitions_new_alerts_once(tmp_path: Path, receiver: Receiver,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The sensor follows `steps` materializations: each tick sends the new alerts of the partitions

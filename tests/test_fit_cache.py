@@ -108,6 +108,7 @@ def test_fit_refits_only_the_new_run(run_dir: Path, warehouse: Path, tmp_path: P
     assert json.dumps(fresh["workloads"], sort_keys=True) == json.dumps(pt.fit(["a"])["workloads"], sort_keys=True)
 
 
+@pytest.mark.slow
 def test_fit_warehouse_says_which_runs_it_computed(run_dir: Path, warehouse: Path) -> None:
     pt = PolyTrace(warehouse)
     pt.ingest(run_dir, run_id="a", refresh=False)

@@ -7,6 +7,8 @@ an exception a reader does not raise on purpose. ``make fuzz`` runs the same wit
 
 from __future__ import annotations
 
+import pytest
+
 from tests.fuzz.corpus import REAL_LOGS, seeds
 from tests.fuzz.run import fuzz
 
@@ -14,6 +16,7 @@ SEED = 20260612
 INPUTS = 300  # about a minute on an idle 2-core machine (6 runs of 50; the last with the default limits)
 
 
+@pytest.mark.slow
 def test_fuzz_fixed_seed_finds_nothing() -> None:
     assert len(seeds()) > 60, "the fuzz seeds (fixtures, real logs) were not found"
     if not REAL_LOGS.is_dir():

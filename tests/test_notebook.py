@@ -12,6 +12,7 @@ from _views_util import build_demo_warehouse
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "characterization.ipynb"
 
 
+@pytest.mark.slow
 def test_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
     import os

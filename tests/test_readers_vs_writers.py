@@ -97,6 +97,7 @@ def _signature(root: Path) -> dict:
     return dict(zip(cols, con.fetchone(), strict=True))
 
 
+@pytest.mark.slow
 def test_readers_racing_reingests_see_one_whole_version_and_never_a_traceback(tmp_path: Path) -> None:
     versions = [_version(tmp_path, f"v{i}", n, gen) for i, (n, gen) in enumerate([(3, 10.0), (5, 20.0), (2, 30.0)])]
     expected = []

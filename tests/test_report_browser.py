@@ -87,6 +87,7 @@ def _drive(cdp: Cdp, page: Path, shots: dict[str, str | None]) -> tuple[dict, li
     return result, errors, requests
 
 
+@pytest.mark.slow
 def test_report_renders_in_chromium(report_html: Path) -> None:
     result, errors, requests = _render(
         report_html, {"report_top.png": None, "report_health.png": "fig-training_health__panel__math-a",

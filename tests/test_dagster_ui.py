@@ -25,6 +25,7 @@ from _views_util import build_demo_warehouse
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("POLYTRACE_ARTIFACTS", REPO / "tmp" / "artifacts"))
 WEBSERVER = Path(sys.executable).with_name("dagster-webserver")
+POLL_S = 0.1  # between tries while waiting for the webserver or a page (each try is one local request)
 
 # one worker runs the module: its webserver (and the materialization behind it) starts once, not per worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dagster_ui")]
@@ -80,7 +81,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory, reports_port: int) -> Iterator[
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"dagster-webserver did not start: {proc.stderr.read().decode()[-2000:]}") from None
-                time.sleep(1)
+                time.sleep(POLL_S)
         yield url
     finally:
         proc.terminate()
@@ -99,7 +100,7 @@ def _open(cdp: Cdp, url: str, ready_js: str, timeout: float = 120.0) -> None:
     while not _eval(cdp, ready_js):
         if time.monotonic() > deadline:
             raise AssertionError(f"{url}: the page never showed what the test waits for ({ready_js})")
-        time.sleep(0.5)
+        time.sleep(POLL_S)
     # the first visit shows a newsletter prompt over the page
     _eval(cdp, "(() => { const b = [...document.querySelectorAll('button')].find(b => b.textContent.trim() === 'Skip');"
                " if (b) b.click(); return true })()")
@@ -134,7 +135,7 @@ def test_view_group_figures_show_inline(ui: str) -> None:
             imgs = _eval(cdp, "[...document.querySelectorAll('[role=dialog] img')].map(i => [i.src.slice(0, 22), i.naturalWidth])") or []
             if imgs and all(w > 0 for _, w in imgs):
                 break
-            time.sleep(0.5)
+            time.sleep(POLL_S)
         shot = _shot(cdp, "ui_lengths_figures.png")
     assert len(imgs) == 3 and all(src == "data:image/png;base64," and w >= 800 for src, w in imgs), imgs
     assert shot.stat().st_size > 20_000
@@ -161,7 +162,7 @@ def _follow(cdp: Cdp, prefix: str, part: str) -> str:
         href = _eval(cdp, _FOLLOW % (prefix, part))
         if href is None:
             assert time.monotonic() < deadline, f"no link to {prefix}...{part} on the page"
-            time.sleep(0.5)
+            time.sleep(POLL_S)
     return str(href)
 
 
@@ -176,7 +177,7 @@ def _wait_drawn(cdp: Cdp, selector: str, what: str) -> None:
             if "navigated" not in str(exc):
                 raise
         assert time.monotonic() < deadline, f"{what} never drew"
-        time.sleep(0.5)
+        time.sleep(POLL_S)
 
 
 _DRAWN = ("(() => { const gd = document.querySelector(%r); "

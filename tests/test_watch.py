@@ -16,6 +16,7 @@ import pytest
 from _notify_util import Receiver, notified_once, write_steps_at_pace
 
 from analyses.api import PolyTrace
+from analyses.warehouse import published_runs
 from analyses.watch import LINE_WIDTH, Watcher, step_line, watch
 
 I80 = "verl_agentic_open-agentrl/run-20251129_221801-i80f2v90/files/output.log"
@@ -156,7 +157,10 @@ def test_watch_follows_the_collapsing_agentic_run_and_notifies_each_alert_once(
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("watching ")  # it runs; the run's header is in
-        time.sleep(3)  # the first (header-only) ingest lands before the steps start
+        deadline = time.monotonic() + 60  # the first (header-only) ingest lands before the steps start
+        while "i80" not in published_runs(tmp_path / "wh") and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "i80" in published_runs(tmp_path / "wh"), "the header-only run never landed"
         write_steps_at_pace(log, lines[head:end + 1], 0.5, written)
         deadline = time.monotonic() + 3 * LATENCY_TARGET_S
         while len(receiver.messages) < len(I80_ALERTS) and time.monotonic() < deadline:

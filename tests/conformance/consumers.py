@@ -8,7 +8,9 @@ created on first use with ``pip install -c locks/<tool>-<version>.txt <package>=
 every transitive package as installed when the version was chosen), and reused while the lock file is
 unchanged (its hash is stamped in the environment). A file lock makes concurrent first uses wait for one
 install. Drivers (``drivers/<tool>_driver.py``, sharing ``drivers/verdicts.py``) run under the environment's python, import nothing from
-the project, load files with the tool's own classes and print JSON verdicts.
+the project, load files with the tool's own classes and print JSON verdicts; ``run_driver`` keeps them in
+``<cache>/verdicts/``, keyed by the environment, the driver sources and the bytes of every file a job names, and
+reuses them for the same bytes (``POLYTRACE_CONFORMANCE_FRESH=1`` runs every driver).
 
     python tests/conformance/consumers.py install [TOOL ...]   # what `make conformance-env` runs (duckdb-1.5.6, ...)
     python tests/conformance/consumers.py info                 # versions, paths, sizes
@@ -200,11 +202,14 @@ def run_driver(c: Consumer, jobs: Sequence[dict[str, Any]]) -> list[dict[str, An
         except (OSError, ValueError, KeyError):  # a damaged entry is run again and rewritten
             pass
     verdicts = _run_driver(c, python, jobs)
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"paths": _job_paths(jobs), "verdicts": verdicts}))
-    os.replace(tmp, entry)
-    _prune(entry.parent, f"{c.name}-{c.version}-")
+    try:  # a cache that cannot be written only means the next run judges again
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"paths": _job_paths(jobs), "verdicts": verdicts}))
+        os.replace(tmp, entry)
+        _prune(entry.parent, f"{c.name}-{c.version}-")
+    except OSError:
+        pass
     return verdicts
 
 

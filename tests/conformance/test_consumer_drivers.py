@@ -131,6 +131,7 @@ def test_a_cached_verdict_is_reused_only_for_the_same_bytes_and_names_this_runs_
     first run's verdicts with its own paths; one changed byte, or POLYTRACE_CONFORMANCE_FRESH, runs the driver."""
     monkeypatch.setenv("POLYTRACE_CONFORMANCE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(consumers.FRESH_ENV, raising=False)
+    monkeypatch.delenv(consumers.REPORT_ENV, raising=False)  # its cache hits are not the suite's
     c = consumers.CONSUMERS["vidur"]
     monkeypatch.setattr(consumers, "ensure", lambda _c: Path("python"))
     runs: list[list[dict[str, Any]]] = []

@@ -10,7 +10,8 @@ unchanged (its hash is stamped in the environment). A file lock makes concurrent
 install. Drivers (``drivers/<tool>_driver.py``, sharing ``drivers/verdicts.py``) run under the environment's python, import nothing from
 the project, load files with the tool's own classes and print JSON verdicts; ``run_driver`` keeps them in
 ``<cache>/verdicts/``, keyed by the environment, the driver sources and the bytes of every file a job names, and
-reuses them for the same bytes (``POLYTRACE_CONFORMANCE_FRESH=1`` runs every driver).
+reuses them for the same bytes (``POLYTRACE_CONFORMANCE_FRESH=1``, and ``CI=true`` unless it is 0, run every
+driver: :func:`fresh_verdicts`).
 
     python tests/conformance/consumers.py install [TOOL ...]   # what `make conformance-env` runs (duckdb-1.5.6, ...)
     python tests/conformance/consumers.py info                 # versions, paths, sizes
@@ -38,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 INSTALL_TIMEOUT_S = 1800
 DRIVER_TIMEOUT_S = 1200
 # Driver verdicts are cached under cache_root()/verdicts, keyed by content (run_driver); set to 1 to run
-# every driver whatever the cache holds (`make conformance` does)
+# every driver whatever the cache holds (`make conformance` does; under CI=true it is the default)
 FRESH_ENV = "POLYTRACE_CONFORMANCE_FRESH"
 VERDICT_CACHE_KEEP = 16
 REPORT_ENV = "POLYTRACE_CONFORMANCE_REPORT"  # the conformance summary's log (harness.measure)
@@ -191,7 +192,7 @@ def run_driver(c: Consumer, jobs: Sequence[dict[str, Any]]) -> list[dict[str, An
     """The consumer's driver's verdicts over ``jobs`` (one each, in order): from the verdict cache when
     the same driver code under the same environment has judged files of the same bytes, else run."""
     python = ensure(c)
-    fresh = os.environ.get(FRESH_ENV, "") not in ("", "0")
+    fresh = fresh_verdicts()
     entry = cache_root() / "verdicts" / f"{c.name}-{c.version}-{_verdict_key(c, jobs)}.json"
     if not fresh and entry.is_file():
         try:
@@ -211,6 +212,16 @@ def run_driver(c: Consumer, jobs: Sequence[dict[str, Any]]) -> list[dict[str, An
     except OSError:
         pass
     return verdicts
+
+
+def fresh_verdicts() -> bool:
+    """Whether every driver runs whatever the verdict cache holds: ``$POLYTRACE_CONFORMANCE_FRESH`` set
+    (not 0), or, when it is unset, under CI (``CI=true``): CI has each consumer judge the exports itself;
+    a developer's ``make test`` reuses verdicts on unchanged bytes."""
+    flag = os.environ.get(FRESH_ENV)
+    if flag is not None and flag != "":
+        return flag != "0"
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
 def measure(**fields: Any) -> None:

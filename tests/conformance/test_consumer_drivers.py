@@ -131,6 +131,7 @@ def test_a_cached_verdict_is_reused_only_for_the_same_bytes_and_names_this_runs_
     first run's verdicts with its own paths; one changed byte, or POLYTRACE_CONFORMANCE_FRESH, runs the driver."""
     monkeypatch.setenv("POLYTRACE_CONFORMANCE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(consumers.FRESH_ENV, raising=False)
+    monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv(consumers.REPORT_ENV, raising=False)  # its cache hits are not the suite's
     c = consumers.CONSUMERS["vidur"]
     monkeypatch.setattr(consumers, "ensure", lambda _c: Path("python"))
@@ -162,3 +163,11 @@ def test_a_cached_verdict_is_reused_only_for_the_same_bytes_and_names_this_runs_
     monkeypatch.setenv(consumers.FRESH_ENV, "1")
     consumers.run_driver(c, files(tmp_path / "three", "a"))
     assert len(runs) == 4
+    # under CI every consumer judges the files itself, unless the cache is asked for explicitly
+    monkeypatch.delenv(consumers.FRESH_ENV)
+    monkeypatch.setenv("CI", "true")
+    consumers.run_driver(c, files(tmp_path / "four", "a"))
+    assert len(runs) == 5
+    monkeypatch.setenv(consumers.FRESH_ENV, "0")
+    consumers.run_driver(c, files(tmp_path / "five", "a"))
+    assert len(runs) == 5

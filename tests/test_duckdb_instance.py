@@ -5,6 +5,7 @@ database (the JSON decode's), attaches the catalog file to it, and leaves it as 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import duckdb
@@ -106,3 +107,71 @@ def test_a_cli_ingest_of_one_run_refreshes_the_catalog_once(tmp_path: Path, monk
     assert main(["ingest", str(_packed_run(tmp_path)), "--warehouse", str(wh), "-q"]) == 0
     assert calls == [len(all_views())]
     assert (wh / CATALOG_NAME).is_file()
+
+
+@pytest.fixture
+def connect_threads(fresh_instance: list[tuple], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """As ``fresh_instance``, and the thread of every ``duckdb.connect`` of the test is recorded."""
+    names: list[str] = []
+    recorded = duckdb.connect
+
+    def connect(*args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        names.append(threading.current_thread().name)
+        return recorded(*args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", connect)
+    return names
+
+
+def test_polytrace_ingest_opens_the_database_early_on_a_thread_of_its_own(tmp_path: Path,
+                                                                          connect_threads: list[str]) -> None:
+    assert main(["ingest", str(_packed_run(tmp_path)), "--warehouse", str(tmp_path / "wh"), "-q"]) == 0
+    assert connect_threads == ["duckdb-open"]  # not on the read-ahead thread after the imports, and once
+
+
+def test_a_cursor_asked_for_while_the_early_open_runs_waits_for_that_database(monkeypatch: pytest.MonkeyPatch,
+                                                                             connect_threads: list[str]) -> None:
+    entered, release = threading.Event(), threading.Event()
+    counted = duckdb.connect
+
+    def slow(*args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        entered.set()
+        release.wait(10)
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", slow)
+    opener = duckdb_instance.open_early()
+    assert entered.wait(10)
+    threading.Timer(0.05, release.set).start()
+    con = duckdb_instance.cursor()  # waits for the open under way instead of opening a second database
+    try:
+        assert con.sql("SELECT 42").fetchall() == [(42,)]
+    finally:
+        con.close()
+    opener.join(10)
+    assert connect_threads == ["duckdb-open"]
+
+
+def test_an_early_open_that_fails_raises_in_the_first_cursor_of_its_caller(monkeypatch: pytest.MonkeyPatch,
+                                                                          connect_threads: list[str]) -> None:
+    real = duckdb.connect
+
+    def refused(*args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        connect_threads.append(threading.current_thread().name)
+        raise duckdb.IOException("IO Error: cannot allocate the buffer pool")
+
+    monkeypatch.setattr(duckdb, "connect", refused)
+    uncaught: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    duckdb_instance.open_early().join(10)
+    assert uncaught == []  # the thread ends quietly: no traceback of its own on stderr
+    assert duckdb_instance._db == [None]
+    with pytest.raises(duckdb.IOException, match="buffer pool"):
+        duckdb_instance.cursor()  # raised here, in the caller, as without the early open
+    assert connect_threads == ["duckdb-open", "MainThread"]
+    monkeypatch.setattr(duckdb, "connect", real)  # the failure passed: the next cursor opens the database
+    con = duckdb_instance.cursor()
+    try:
+        assert con.sql("SELECT 1").fetchall() == [(1,)]
+    finally:
+        con.close()

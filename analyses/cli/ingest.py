@@ -40,6 +40,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analyses import duckdb_instance
+
+    duckdb_instance.open_early()  # while Polars and the readers import: every ingest decodes or catalogs with it
     from analyses.atomic_output import WriteFailed
     from analyses.ingest import RunSourceConflict, iter_run_dirs
     from analyses.malloc_reuse import keep_freed_heap

@@ -202,3 +202,34 @@ def test_files_past_the_sniffed_head_read_once(tmp_path: Path, monkeypatch: pyte
     assert a["samples"].height == 899
     digests = dict(a["source_files"].select("path", "sha256").rows())
     assert digests == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run.iterdir()}
+
+
+def test_files_read_whole_when_sniffed_are_hashed_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small step files are hashed on the thread that sniffs them (not on the read-ahead thread,
+    where each GIL release let the sniffing thread hold the GIL for its switch interval): the same
+    digests, and resumable states an append continues from."""
+    import hashlib
+    import threading
+
+    import analyses.ingest_many as many
+    from analyses.ingest_files import file_sha256
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in (1, 2, 3):
+        (run / f"packed_lengths_step_{step}.jsonl").write_text(_packed(step))
+    hashed_on: list[str] = []
+    orig = many.bytes_sha256
+
+    def spy(data: bytes) -> str:
+        hashed_on.append(threading.current_thread().name)
+        return orig(data)
+
+    monkeypatch.setattr(many, "bytes_sha256", spy)
+    rep = ingest_run(run, tmp_path / "wh", run_id="r")
+    assert hashed_on == ["MainThread"] * 3
+    assert {f.path: f.sha256 for f in rep.files} == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                                     for p in run.iterdir()}
+    # the state an append continues from is the whole file's, as hashing the file gives it
+    states = {f.path: f.state["sha_state"] for f in rep.files}
+    assert states == {p.name: file_sha256(p, p.stat().st_size).partition(":")[2] or None for p in run.iterdir()}

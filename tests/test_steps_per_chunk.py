@@ -200,3 +200,21 @@ def test_step_attrs_one_row_per_step_or_many(order: list[int]) -> None:
         assert got.get_column("truncated_line").to_list() == [True, False, False]
         assert got.get_column("ts").dt.to_string("%Y-%m-%d %H:%M:%S").to_list() == [
             "2024-01-01 00:00:01", "2024-01-01 00:00:02", None]
+
+
+@pytest.mark.parametrize("attrs", [None, pl.DataFrame({"step": [1, 2], "ts": [None, None], "truncated_line": [False, True]},
+                                                      schema_overrides={"ts": pl.Datetime("us", "UTC")})])
+def test_a_run_without_step_metrics_has_no_steps_rows_without_deriving_them(monkeypatch: pytest.MonkeyPatch,
+                                                                              attrs: pl.DataFrame | None) -> None:
+    """Workload logs alone (no step metric, maybe step attributes): the empty ``steps`` the derivation
+    gives, typed as it types them, without running it."""
+    acc = _new([], attrs=attrs)
+    derived = steps_mod.steps_from_wide(pl.DataFrame(schema={"step": pl.Int64}),
+                                        pl.DataFrame(schema={"step": pl.Int64, "is_training": pl.Boolean,
+                                                             "is_val": pl.Boolean}), acc.step_attrs())
+    staged = _old([_rows([], [], [], [])], attrs=attrs)  # derive_steps on the (no) staged rows
+    monkeypatch.setattr(steps_mod, "steps_from_wide", lambda *_a, **_k: pytest.fail("derived"))
+    got = acc.finish()
+    assert got.height == 0
+    assert_frame_equal(got, derived)
+    assert_frame_equal(got, staged)

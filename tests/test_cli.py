@@ -182,6 +182,22 @@ def test_console_exit_keeps_status_output_and_atexit(args: list[str], code: int,
     assert ("invalid choice" in run.stderr) == (code == 2)
 
 
+def test_the_command_collects_garbage_less_often_than_python_by_default() -> None:
+    """``console`` raises the youngest generation's threshold for the process it owns (an import of
+    Polars and DuckDB alone was ~100 collections at Python's 700); a caller importing
+    :mod:`analyses.cli` keeps its own."""
+    import gc
+
+    from analyses.cli import GC_THRESHOLD
+
+    assert gc.get_threshold()[0] < GC_THRESHOLD  # this process never ran console()
+    code = CONSOLE.replace('atexit.register(lambda: print("atexit ran", flush=True))',
+                           'import gc; atexit.register(lambda: print("threshold", gc.get_threshold()[0], flush=True))')
+    run = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.endswith(f"threshold {GC_THRESHOLD}\n"), run.stdout
+
+
 def test_console_under_a_profiler_exits_normally_so_the_profile_is_written(tmp_path: Path) -> None:
     """``python -m cProfile -o F -m analyses.cli ...`` (and coverage, a debugger): the fast exit
     would skip the profiler's own exit handling, so under one the command exits as usual."""

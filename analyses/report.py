@@ -302,7 +302,7 @@ def _renderer() -> tuple[Any, str | None]:
 
 
 def start_png_browser() -> None:
-    """Start the browser :func:`write_pngs` uses, now and without waiting: it starts on a thread of
+    """Start the browser :class:`PngBatch` uses, now and without waiting: it starts on a thread of
     its own, so its start-up (seconds) overlaps the caller's work until the first PNG is asked
     for. Nothing happens without a browser."""
     _renderer()
@@ -474,15 +474,15 @@ def png_specs(figs: list[FigureSpec], runs: list[str], all_pngs: bool = False) -
     return kept, len(keys) - len(kept)
 
 
-def _write_png_dir(pngs: PngBatch | list[FigureSpec], png_dir: Path, default_dir: bool) -> tuple[dict[str, Path], str | None]:
-    """``pngs`` (figures, or a :class:`PngBatch` of them already drawing) written into a staged
+def _write_png_dir(batch: PngBatch, png_dir: Path, default_dir: bool) -> tuple[dict[str, Path], str | None]:
+    """The figures of ``batch`` (drawing since they were submitted) written into a staged
     directory that replaces ``png_dir`` whole, in one rename
     (:func:`analyses.atomic_output.staged_dir`); when no PNG could be written (no browser), the
     previous directory stays as it was. The default ``<stem>_png`` directory of an older report
     (PNG files only, no marker) is replaced too; a ``--png-dir`` holding other files is refused."""
     owned = default_dir and png_dir.is_dir() and all(p.is_file() and p.suffix == ".png" for p in png_dir.iterdir())
     with staged_dir(png_dir, "report PNGs", owned=owned) as stage:
-        written, note = pngs.write(stage.path) if isinstance(pngs, PngBatch) else write_pngs(pngs, stage.path)
+        written, note = batch.write(stage.path)
         stage.keep = bool(written)
     return {k: png_dir / p.name for k, p in written.items()}, note
 
@@ -550,7 +550,9 @@ def build_comparison_report(con: duckdb.DuckDBPyConnection, cmp: Any, out: Path,
     pngs: dict[str, Path] = {}
     note: str | None = "PNG export not requested"
     if png:
-        pngs, note = _write_png_dir(section.figures, png_dir if png_dir is not None else out.with_name(out.stem + "_png"),
+        batch = PngBatch()
+        batch.submit(section.figures)
+        pngs, note = _write_png_dir(batch, png_dir if png_dir is not None else out.with_name(out.stem + "_png"),
                                     default_dir=png_dir is None)
     # the page last, whole or not at all (analyses.atomic_output), as the report's
     write_text(out, render_html([section], [cmp.a.label, cmp.b.label], source, note,

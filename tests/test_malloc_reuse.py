@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +44,52 @@ def test_batches_reuse_freed_pages_on_a_worker_thread() -> None:
     # glibc's default: each batch's 32 MB are fresh pages (~8,000 faults a batch)
     assert default > 10 * 4_000
     assert kept < default / 20
+
+
+# `polytrace ingest` in its own process, then the number of glibc arenas its threads made
+_INGEST_ARENAS = """
+import ctypes, os, sys, tempfile
+from analyses.cli import main
+code = main(sys.argv[1:])
+libc = ctypes.CDLL("libc.so.6")
+libc.fdopen.restype = ctypes.c_void_p
+libc.fdopen.argtypes = (ctypes.c_int, ctypes.c_char_p)
+libc.malloc_info.argtypes = (ctypes.c_int, ctypes.c_void_p)
+libc.fflush.argtypes = (ctypes.c_void_p,)
+with tempfile.TemporaryFile() as f:
+    fp = libc.fdopen(os.dup(f.fileno()), b"w")
+    libc.malloc_info(0, fp)
+    libc.fflush(fp)
+    f.seek(0)
+    print(code, f.read().decode().count("<heap nr="))
+"""
+
+
+def _ingest(tmp_path: Path, code: str | None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    args = ["ingest", str(REPO / "sample_logs" / "polytrace-math-dapo"), "--warehouse", str(tmp_path / "wh"), "-q"]
+    cmd = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "analyses.cli", *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, **(env or {})})
+
+
+def test_ingest_caps_polars_arenas_at_one_per_cpu_and_the_users_setting_wins(tmp_path: Path) -> None:
+    from analyses.malloc_reuse import cpus
+
+    # jemalloc says which settings it applied, in order, when asked to (confirm_conf)
+    run = _ingest(tmp_path, None, {"_RJEM_MALLOC_CONF": "confirm_conf:true"})
+    applied = re.findall(r"Set conf value: (\w+:\S+)", run.stderr)
+    assert f"narenas:{cpus()}" in applied
+    run = _ingest(tmp_path, None, {"_RJEM_MALLOC_CONF": "confirm_conf:true,narenas:3"})
+    applied = [s for s in re.findall(r"Set conf value: (\w+:\S+)", run.stderr) if s.startswith("narenas:")]
+    assert applied == [f"narenas:{cpus()}", "narenas:3"]  # the last one is jemalloc's
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's allocator only")
+def test_ingest_caps_glibc_arenas_at_one_per_cpu(tmp_path: Path) -> None:
+    from analyses.malloc_reuse import cpus
+
+    code, heaps = _ingest(tmp_path, _INGEST_ARENAS).stdout.split()
+    assert code == "0"
+    # the ingest's threads (read-ahead, staging writer, DuckDB's and Polars' pools) share them;
+    # glibc's default gave each thread its own, up to 8 per core
+    assert 1 <= int(heaps) <= cpus()

@@ -40,12 +40,18 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analyses.malloc_reuse import keep_freed_heap, one_arena_per_cpu
+
+    # the command ends with its ingest: batches reuse the pages the last one freed, whichever
+    # thread freed them; set before any thread starts and before Polars and DuckDB are imported
+    # (their imports' own buffers are reused too)
+    keep_freed_heap()
+    one_arena_per_cpu()
     from analyses import duckdb_instance
 
     duckdb_instance.open_early()  # while Polars and the readers import: every ingest decodes or catalogs with it
     from analyses.atomic_output import WriteFailed
     from analyses.ingest import RunSourceConflict, iter_run_dirs
-    from analyses.malloc_reuse import keep_freed_heap
     from analyses.progress import IngestProgress
     from analyses.warehouse import DEFAULT_LOCK_WAIT_S, CommitRefused, RunLocked, read_published
 
@@ -66,7 +72,6 @@ def _run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError("--workers must be >= 1")
     show = not args.quiet
-    keep_freed_heap()  # the command ends with its ingest: batches reuse the pages the last one freed
     plans = _plan(runs, args.run_id, show)  # every id checked before anything is written
     pt = warehouse(args, must_exist=False)
     pt.prepare()  # an object store that does not answer fails here, before any run is read

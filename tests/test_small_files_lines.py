@@ -58,3 +58,30 @@ def test_refused_files(tmp_path: Path, bad: bytes) -> None:
     paths = _write(tmp_path, {"ok.jsonl": b'{"a":1}\n', "bad.jsonl": bad})
     assert small_files_lines(paths) is None
     assert small_files_lines(paths[:1]) is not None
+
+
+def _megabyte_file(tail: bytes) -> bytes:
+    """Over 1 MB of JSON lines (files this large are split as views of their own bytes, not
+    joined), then ``tail``."""
+    line = b'{"step": 1, "text": "' + "\u00e9\u20ac\U0001f600".encode() * 40 + b'"}\n'
+    return line * ((1 << 20) // len(line) + 1) + tail
+
+
+def test_large_files_split_as_views_of_their_bytes(tmp_path: Path) -> None:
+    """Lines of 0 to 13 bytes (up to 12 sit inside Arrow's view, longer ones point into the
+    file's bytes), multi-byte characters across the 4-byte prefix, in the second file too:
+    the frame each file alone gives."""
+    short = b"\n" + b"a\n" + b"x" * 12 + b"\n" + b"y" * 13 + b"\n" + "\u00e9\u20ac\U0001f600z\n".encode()
+    paths = _write(tmp_path, {"a.jsonl": _megabyte_file(short), "b.jsonl": short + _megabyte_file(b"")})
+    got = small_files_lines(paths)
+    assert got is not None
+    lines, counts = got
+    assert lines.rows() == _alone(paths)
+    assert counts[0] == counts[1] and lines.filter(pl.col("line") == "x" * 12).height == 2
+    assert lines.schema == pl.Schema({"_file": pl.Int64, "line_no": pl.Int64, "line": pl.String})
+
+
+def test_large_file_with_invalid_utf8_is_refused(tmp_path: Path) -> None:
+    paths = _write(tmp_path, {"a.jsonl": _megabyte_file(b""), "b.jsonl": _megabyte_file(b'{"a": "\xff"}\n')})
+    assert small_files_lines(paths) is None
+    assert small_files_lines(paths[:1]) is not None

@@ -4,6 +4,7 @@ directory fails the test instead of skipping it, so CI never passes on nothing."
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,14 @@ def receiver() -> Iterator[Receiver]:
     finally:
         r.server.shutdown()
         r.server.server_close()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the consumer drivers this process started (conformance/consumers.py serves each from one
+    process per test run); an xdist worker may leave without running ``atexit``."""
+    consumers = sys.modules.get("conformance.consumers")
+    if consumers is not None:
+        consumers.stop_drivers()
 
 
 @pytest.hookimpl(trylast=True)

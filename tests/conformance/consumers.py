@@ -8,7 +8,8 @@ created on first use with ``pip install -c locks/<tool>-<version>.txt <package>=
 every transitive package as installed when the version was chosen), and reused while the lock file is
 unchanged (its hash is stamped in the environment). A file lock makes concurrent first uses wait for one
 install. Drivers (``drivers/<tool>_driver.py``, sharing ``drivers/verdicts.py``) run under the environment's python, import nothing from
-the project, load files with the tool's own classes and print JSON verdicts; ``run_driver`` keeps them in
+the project, load files with the tool's own classes and print JSON verdicts (one driver process per consumer
+serves every batch of a test run: :func:`_run_driver`); ``run_driver`` keeps them in
 ``<cache>/verdicts/``, keyed by the environment, the driver sources and the bytes of every file a job names, and
 reuses them for the same bytes (``POLYTRACE_CONFORMANCE_FRESH=1``, and ``CI=true`` unless it is 0, run every
 driver: :func:`fresh_verdicts`).
@@ -19,6 +20,7 @@ driver: :func:`fresh_verdicts`).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -28,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -286,20 +289,78 @@ def _prune(d: Path, prefix: str, keep: int = VERDICT_CACHE_KEEP) -> None:
         p.unlink(missing_ok=True)
 
 
+class _Server:
+    """A consumer's driver serving batches of jobs (``<tool>_driver.py --serve``, drivers/verdicts.py) in its
+    own temporary working directory, removed when it stops."""
+
+    def __init__(self, c: Consumer, python: Path) -> None:
+        self.name = c.driver.name
+        self.cwd = tempfile.mkdtemp(prefix=f"conformance-{c.name}-")
+        self.stderr = open(Path(self.cwd) / "stderr.log", "w+")  # a file: a chatty consumer never fills a pipe
+        self.proc = subprocess.Popen([str(python), str(c.driver), "--serve"], cwd=self.cwd, env=_clean_env(),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True)
+
+    def judge(self, jobs: Sequence[dict[str, Any]]) -> str:
+        """The driver's line of verdicts for ``jobs``; DriverFailed when it dies or takes DRIVER_TIMEOUT_S."""
+        reply: list[str] = []
+        try:
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.proc.stdin.write(json.dumps(list(jobs)) + "\n")
+            self.proc.stdin.flush()
+            reader = threading.Thread(target=lambda: reply.append(self.proc.stdout.readline()), daemon=True)
+            reader.start()
+            reader.join(DRIVER_TIMEOUT_S)
+        except OSError:  # it died before reading the jobs
+            pass
+        if not reply or not reply[0]:
+            self.stop()
+            raise DriverFailed(f"{self.name} exited {self.proc.returncode} or timed out ({DRIVER_TIMEOUT_S} s) "
+                               f"without verdicts:\n{self.tail()}")
+        return reply[0]
+
+    def tail(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read()[-4000:]
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+        shutil.rmtree(self.cwd, ignore_errors=True)
+
+
+_SERVERS: dict[tuple[str, str], _Server] = {}  # (tool, version) -> its driver serving, for the rest of this process
+
+
+@atexit.register
+def stop_drivers() -> None:
+    while _SERVERS:
+        _SERVERS.popitem()[1].stop()
+
+
 def _run_driver(c: Consumer, python: Path, jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    with tempfile.TemporaryDirectory(prefix=f"conformance-{c.name}-") as tmp:
-        jobs_file = Path(tmp) / "jobs.json"
-        jobs_file.write_text(json.dumps(list(jobs)))
-        proc = subprocess.run([str(python), str(c.driver), str(jobs_file)], cwd=tmp, capture_output=True, text=True,
-                              timeout=DRIVER_TIMEOUT_S, env=_clean_env())
-    if proc.returncode != 0:
-        raise DriverFailed(f"{c.driver.name} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    """Run ``jobs`` through the consumer's driver: one process per consumer for this whole process
+    (a test run's every batch), started on first use; a driver that failed is started afresh next time."""
+    key = (c.name, c.version)
+    server = _SERVERS.get(key)
+    if server is None or server.proc.poll() is not None:
+        server = _SERVERS[key] = _Server(c, python)
     try:
-        verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError) as exc:
-        raise DriverFailed(f"{c.driver.name} printed no verdicts:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}") from exc
+        line = server.judge(jobs)
+    except DriverFailed:
+        _SERVERS.pop(key, None)
+        raise
+    try:
+        verdicts = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DriverFailed(f"{server.name} printed no verdicts:\n{line[-2000:]}\n{server.tail()}") from exc
     if len(verdicts) != len(jobs):
-        raise DriverFailed(f"{c.driver.name}: {len(jobs)} jobs but {len(verdicts)} verdicts")
+        raise DriverFailed(f"{server.name}: {len(jobs)} jobs but {len(verdicts)} verdicts")
     return verdicts
 
 

@@ -25,6 +25,7 @@ from analyses.warehouse import published_runs
 from pipelines.definitions import build_defs
 from pipelines.executors import ENV_EXECUTOR, ENV_RAY_ADDRESS, ExecutorConfigError, executor_from_env
 from pipelines.partitions import RUNS_PARTITIONS_NAME
+from pipelines.resources import WarehouseResource
 from pipelines.sensors import INGEST_JOB_NAME
 
 RUN_IDS = ["run-0", "run-1"]
@@ -58,6 +59,22 @@ def _materialize(env: dict[str, str], dagster_home: Path) -> None:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+def _materialize_in_process(logs: Path, warehouse: Path) -> None:
+    """The reference: the same partitions and steps with the default in-process executor, in this
+    process (a second `dagster job execute` would only pay Dagster's imports again)."""
+    from dagster import DagsterInstance
+
+    defs = build_defs(WarehouseResource(root=str(warehouse), logs_root=str(logs)))
+    assert defs.resolve_job_def(INGEST_JOB_NAME).executor_def.name == "in_process"
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(RUNS_PARTITIONS_NAME, RUN_IDS)
+        for rid in MATERIALIZED:
+            res = defs.resolve_job_def(INGEST_JOB_NAME).execute_in_process(partition_key=rid, instance=instance,
+                                                                          op_selection=STEPS)
+            assert res.success
+            assert {e.step_key for e in res.get_step_success_events()} == set(STEPS)
+
+
 def test_executor_is_chosen_by_configuration() -> None:
     assert executor_from_env({}).name == "in_process"
     assert executor_from_env({ENV_EXECUTOR: "ray", ENV_RAY_ADDRESS: "http://127.0.0.1:8265"}).name == "ray"
@@ -73,7 +90,7 @@ def test_ingest_partitions_on_ray_land_as_in_process(tmp_path: Path) -> None:
     logs = _logs(tmp_path / "logs")
     base = {k: v for k, v in os.environ.items() if not k.startswith(("POLYTRACE_", "DAGSTER_"))}
     base.update(POLYTRACE_LOGS_ROOT=str(logs), PYTHONPATH=str(REPO))
-    _materialize({**base, "POLYTRACE_WAREHOUSE": str(tmp_path / "local")}, tmp_path / "home-local")
+    _materialize_in_process(logs, tmp_path / "local")
     with ray_head(dashboard=True) as head:
         assert head.dashboard is not None
         _materialize({**base, "POLYTRACE_WAREHOUSE": str(tmp_path / "ray"), ENV_EXECUTOR: "ray",

@@ -30,18 +30,22 @@ POLL_S = 0.1  # between tries while waiting for the webserver or a page (each tr
 # one worker runs the module: its webserver (and the materialization behind it) starts once, not per worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dagster_ui")]
 
-_MATERIALIZE = textwrap.dedent("""
+def _materialize() -> None:
+    """What the UI shows: the lengths view, the report and the run comparison, materialized on the
+    instance of ``$DAGSTER_HOME`` with the warehouse of the environment (in this process: a fresh one
+    only paid Dagster's imports again)."""
     from dagster import AssetKey, DagsterInstance, materialize
+
     from pipelines.assets import characterize as C
-    from pipelines.resources import WarehouseResource
     from pipelines.assets.compare import run_comparison
+    from pipelines.resources import WarehouseResource
+
     with DagsterInstance.get() as instance:
         res = materialize([C.characterize, run_comparison], instance=instance,
                           selection=[AssetKey("lengths_view"), AssetKey("characterization_report"),
                                      AssetKey("run_comparison")],
                           resources={"warehouse": WarehouseResource.from_env()})
         assert res.success
-""")
 
 
 def _free_port() -> int:
@@ -67,7 +71,16 @@ def ui(tmp_path_factory: pytest.TempPathFactory, reports_port: int) -> Iterator[
     env = dict(os.environ, DAGSTER_HOME=str(tmp / "home"), POLYTRACE_WAREHOUSE=str(tmp / "wh"),
                POLYTRACE_LOGS_ROOT=str(tmp / "logs"), PYTHONPATH=str(REPO), POLYTRACE_REPORTS_SERVE="1",
                POLYTRACE_REPORTS_PORT=str(reports_port))
-    subprocess.run([sys.executable, "-c", _MATERIALIZE], env=env, cwd=REPO, check=True, timeout=600)
+    with pytest.MonkeyPatch.context() as mp:
+        for k in ("DAGSTER_HOME", "POLYTRACE_WAREHOUSE", "POLYTRACE_LOGS_ROOT", "POLYTRACE_REPORTS_SERVE",
+                  "POLYTRACE_REPORTS_PORT"):
+            mp.setenv(k, env[k])
+        try:
+            _materialize()
+        finally:
+            from analyses import png_render
+
+            png_render.stop()  # its Chromium for the report's PNGs; as when the process ended
     port = _free_port()
     proc = subprocess.Popen([str(WEBSERVER), "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -28,8 +28,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analyses.categorical_codes import first_occurrences
+
 if TYPE_CHECKING:
-    import numpy as np
     import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -74,8 +75,8 @@ def _dictionary(s: pl.Series) -> pa.DictionaryArray | None:
     import pyarrow as pa
 
     codes = s.to_physical()
-    got = _first_rows(codes)
-    if got is None:  # codes spread far wider than the rows: hash them
+    got = first_occurrences(codes)
+    if got is None:  # codes spread far wider than the rows: hashed
         first = np.sort(codes.arg_unique().to_numpy())
         if codes.null_count():
             first = first[codes.gather(first).is_not_null().to_numpy()]
@@ -84,57 +85,17 @@ def _dictionary(s: pl.Series) -> pa.DictionaryArray | None:
         lut[c[first]] = np.arange(len(first), dtype=np.int32)
         indices = np.take(lut, c)
     else:
-        c, first, indices = got
+        first, indices = got
     values = s.gather(pl.Series(first, dtype=pl.Int64)).cast(pl.String)
     if (values.str.len_bytes().sum() or 0) + 4 * len(values) >= DICTIONARY_MAX_BYTES:
         return None
-    mask = codes.is_null().to_numpy() if codes.null_count() else None
+    mask = None
+    if codes.null_count():
+        mask = codes.is_null().to_numpy()
+        indices[mask] = 0
     # the indices are in range by construction: no check of each row
     return pa.DictionaryArray.from_arrays(pa.array(indices, mask=mask),
                                           values.to_arrow(compat_level=pl.CompatLevel.oldest()), safe=False)
-
-
-# _first_rows maps codes through an array as long as the largest code unless that exceeds this many
-# per row (plus a slack): a long process's global categories may hold far more names than a chunk uses
-_DENSE_CODES_PER_ROW = 4
-_DENSE_CODES_SLACK = 1 << 16
-_HEAD_ROWS = 4096  # rows looked at first: a chunk of log lines meets its few names within its first lines
-
-
-def _first_rows(codes: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Of the physical codes of a categorical: the codes as numpy (a null as one more code), the
-    rows where each code (not null) first occurs, in row order, and each row's index into those
-    (0 for a null); None when the codes are too sparse for arrays indexed by code.
-
-    Without hashing each row (``arg_unique`` cost ~2.5 ms of a 290k-row chunk): the first
-    occurrences are found in the first :data:`_HEAD_ROWS` rows and every row mapped through
-    them; only when a row's code is not among those are all rows looked at.
-    """
-    import numpy as np
-
-    n, nulls = len(codes), codes.null_count()
-    if n == 0:
-        return None
-    # a null becomes the code after the largest: its rows take index 0, masked by the caller
-    c = codes.fill_null(0 if nulls == n else (codes.max() or 0) + 1).to_numpy() if nulls else codes.to_numpy()
-    top = int(c.max()) + 1
-    if top > _DENSE_CODES_PER_ROW * n + _DENSE_CODES_SLACK:
-        return None
-    k = min(n, _HEAD_ROWS)
-    while True:
-        first = np.full(top, -1, dtype=np.int64)
-        first[c[k - 1::-1]] = np.arange(k - 1, -1, -1)  # the first row of each code (the last write wins)
-        if nulls:
-            first[top - 1] = -1
-        rows = np.sort(first[first >= 0])
-        lut = np.full(top, -1, dtype=np.int32)
-        lut[c[rows]] = np.arange(len(rows), dtype=np.int32)
-        if nulls:
-            lut[top - 1] = 0
-        indices = np.take(lut, c)
-        if k == n or indices.min() >= 0:  # every row's code was met in the first k rows
-            return c, rows, indices
-        k = n
 
 
 def _plain_schema(schema: pa.Schema) -> pa.Schema:

@@ -609,20 +609,14 @@ def _wide(steps: np.ndarray, row: np.ndarray, code: np.ndarray, value: np.ndarra
     return pl.from_arrow(pa.table(cols))  # type: ignore[return-value]
 
 
-# metric_ids looks codes up in arrays as long as the largest code, unless that exceeds this many
-# per row of the chunk (plus a slack): then it ranks them by a sort (a long process's global
-# categories may hold far more names than one chunk uses)
-_DENSE_IDS_PER_ROW = 4
-_DENSE_IDS_SLACK = 1 << 16
-
-
 def metric_ids(metric: pl.Series) -> tuple[np.ndarray | pl.Series, np.ndarray]:
     """Per row of a ``metric`` column: its ids, equal for equal names (a null name is one more
     name), and the name's index in :data:`STEP_INPUT_METRICS` (-1: not a step input).
 
     A ``pl.Categorical`` column (the verl console reader gives one, gathered from its per-batch key
-    templates) is read off its codes, without hashing a row: the ids are the codes (numpy) and the
-    index is looked up once per distinct name. Any other column is taken as names (its ids are the
+    templates) is read off its codes, without hashing a row: the ids are the indices of the names
+    in the order they first occur (:func:`analyses.categorical_codes.first_occurrences`; a sort of
+    the codes when those are too sparse) and the index is looked up once per distinct name. Any other column is taken as names (its ids are the
     ``String`` column itself): casting it to a categorical would hash every row and, for a chunk of
     many distinct names, cost more than the string compares it saves.
     """
@@ -633,22 +627,20 @@ def metric_ids(metric: pl.Series) -> tuple[np.ndarray | pl.Series, np.ndarray]:
         names = metric.cast(pl.String)
         code = names.replace_strict(_CODE, default=-1, return_dtype=pl.Int64).fill_null(-1).to_numpy()
         return names, code
+    from analyses.categorical_codes import first_occurrences
+
     phys = metric.to_physical()
-    n = len(phys)
-    top = int(phys.max() or 0) + 1
-    ids = phys.fill_null(top).to_numpy()  # null: the name after every real one
-    if top <= _DENSE_IDS_PER_ROW * n + _DENSE_IDS_SLACK:
-        first = np.full(top + 1, -1, dtype=np.int64)
-        first[ids[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each id (the last write wins)
-        distinct = np.flatnonzero(first >= 0)
-        at = first[distinct]
-        lut = np.full(top + 1, -1, dtype=np.int64)
-    else:
-        distinct, at, ids = np.unique(ids, return_index=True, return_inverse=True)
-        lut = np.full(len(distinct), -1, dtype=np.int64)
-        distinct = np.arange(len(distinct))
+    got = first_occurrences(phys)
+    if got is not None:  # ids: the index of the row's name among the chunk's names (a null: one more)
+        rows, ids = got
+        names = metric.gather(pl.Series(rows, dtype=pl.Int64)).cast(pl.String)
+        lut = np.append(names.replace_strict(_CODE, default=-1, return_dtype=pl.Int64).fill_null(-1).to_numpy(), -1)
+        return ids, np.take(lut, ids)
+    # codes far wider than the rows: ranked by a sort
+    distinct, at, ids = np.unique(phys.fill_null(int(phys.max() or 0) + 1).to_numpy(), return_index=True,
+                                  return_inverse=True)
     names = metric.gather(pl.Series(at, dtype=pl.Int64)).cast(pl.String)
-    lut[distinct] = names.replace_strict(_CODE, default=-1, return_dtype=pl.Int64).fill_null(-1).to_numpy()
+    lut = names.replace_strict(_CODE, default=-1, return_dtype=pl.Int64).fill_null(-1).to_numpy()
     return ids, lut[ids]
 
 

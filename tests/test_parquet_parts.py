@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analyses import parquet_parts
+from analyses import categorical_codes, parquet_parts
 from analyses.parquet_parts import PartWriter, arrow_table
 
 META = {"polytrace.table": "t", "polytrace.description": "a test table", "polytrace.columns": "{}"}
@@ -78,7 +78,7 @@ def test_large_dictionary_is_passed_as_strings(tmp_path: Path, monkeypatch: pyte
 def test_name_first_met_past_the_head_rows(tmp_path: Path) -> None:
     # the first occurrences are looked for in the first rows, then in all rows when a later row's
     # name was not among them (here "late", and a null, past the head)
-    n = parquet_parts._HEAD_ROWS + 10
+    n = categorical_codes.HEAD_ROWS + 10
     batches = [_batch(["x", "y"] * (n // 2), 0), _batch(["y"] * n + ["late", None, "x"], n)]
     assert arrow_table(batches[1]).column("name").chunk(0).dictionary.to_pylist() == ["y", "late", "x"]
     assert _written(tmp_path / "a.parquet", batches) == _reference(tmp_path / "b.parquet", batches)
@@ -86,8 +86,8 @@ def test_name_first_met_past_the_head_rows(tmp_path: Path) -> None:
 
 def test_sparse_codes_are_ranked_by_hashing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # codes far wider than the rows (a long process's categories) take the hashing path, same bytes
-    monkeypatch.setattr(parquet_parts, "_DENSE_CODES_PER_ROW", 0)
-    monkeypatch.setattr(parquet_parts, "_DENSE_CODES_SLACK", 0)
+    monkeypatch.setattr(categorical_codes, "DENSE_CODES_PER_ROW", 0)
+    monkeypatch.setattr(categorical_codes, "DENSE_CODES_SLACK", 0)
     batches = [_batch(["b", None, "a", "b"] * 20, 0), _batch([None, "c", "a"] * 20, 80)]
     assert arrow_table(batches[1]).column("name").chunk(0).dictionary.to_pylist() == ["c", "a"]
     assert _written(tmp_path / "a.parquet", batches) == _reference(tmp_path / "b.parquet", batches)

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from analyses import categorical_codes
 from analyses import steps as steps_mod
 from analyses.manifest import RunManifest
 from analyses.readers import detect, read_file
@@ -127,8 +128,8 @@ def test_real_log_in_small_chunks_matches_derive_steps(real_file, rel: str) -> N
 @pytest.mark.parametrize("dense", [True, False])
 def test_metric_ids_equal_for_equal_names_and_step_input_codes(monkeypatch: pytest.MonkeyPatch, dense: bool) -> None:
     if not dense:  # the sort path, taken when the global categories hold many more names than the chunk
-        monkeypatch.setattr(steps_mod, "_DENSE_IDS_PER_ROW", 0)
-        monkeypatch.setattr(steps_mod, "_DENSE_IDS_SLACK", 0)
+        monkeypatch.setattr(categorical_codes, "DENSE_CODES_PER_ROW", 0)
+        monkeypatch.setattr(categorical_codes, "DENSE_CODES_SLACK", 0)
     names = ["timing_s/gen", "x/y", None, "timing_s/gen", "timing_s/step", None]
     gen, step = STEP_INPUT_METRICS.index("timing_s/gen"), STEP_INPUT_METRICS.index("timing_s/step")
     ids, code = metric_ids(pl.Series(names, dtype=pl.Categorical))

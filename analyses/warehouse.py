@@ -357,6 +357,23 @@ def _described(path: Path) -> bool:
 Check = Callable[[dict[str, Path]], list[str]]  # table -> staged file; returns problems (empty = pass)
 
 
+def _staged_frame(df: pl.DataFrame, t: Table) -> pl.DataFrame:
+    """``conform(df, t)``'s stored columns, categorical columns kept so (the part writer hands them
+    to the encoder as dictionaries). A chunk holding every stored column is selected as it is,
+    casting only what differs: conforming it whole made a null column per categorical and the
+    partition column before dropping them (~3 ms of a 293k-row verl chunk)."""
+    import polars as pl
+
+    have = df.schema
+    stored = list(t.stored_columns)
+    if all(c in have for c in stored):
+        return df.select([pl.col(c) if have[c] == dtype or isinstance(have[c], pl.Categorical)
+                          else pl.col(c).cast(dtype, strict=False) for c, dtype in t.stored_columns.items()])
+    cats = categorical_columns(df)
+    frame = conform(df.drop(cats), t).with_columns(df.select(cats)) if cats else conform(df, t)
+    return frame.select(stored)
+
+
 class RunStaging:
     """A run version's private staging area; :meth:`commit` publishes it atomically.
 
@@ -453,10 +470,7 @@ class RunStaging:
 
     def _write_batch(self, table: str, df: pl.DataFrame, prefix: str) -> None:
         t = TABLES[table]
-        # categorical columns stay so: the part writer hands them to the encoder as dictionaries
-        cats = categorical_columns(df)
-        frame = conform(df.drop(cats), t).with_columns(df.select(cats)) if cats else conform(df, t)
-        frame = frame.select(list(t.stored_columns))
+        frame = _staged_frame(df, t)
         key = (table, prefix)
         if key not in self._writers and key not in self._held:
             # a part's first batch waits for a second one: a part of one batch (a small file, a batch

@@ -366,13 +366,18 @@ def _step_lines(batch: pl.DataFrame, cut_chars: int) -> pl.DataFrame:
         .collect()
     )
     # the prefix rules, once per distinct prefix (a run prints the same few over and over)
+    distinct = lines.select(pl.col("raw_prefix").unique())
     prefixes = (
-        lines.select(pl.col("raw_prefix").unique())
-        .with_columns(prefix=pl.col("raw_prefix").str.replace_all(_ANSI, ""))
+        distinct.with_columns(prefix=pl.col("raw_prefix").str.replace_all(_ANSI, ""))
         .filter(pl.col("prefix").str.contains(_PREFIX))
         .select("raw_prefix", ts=pl.col("prefix").str.extract(rf"({_TS})", 1))
     )
-    lines = lines.join(prefixes, on="raw_prefix", how="inner", maintain_order="left")
+    if distinct.height == 1:  # one prefix on every line (the usual case): no join of every line
+        keep = lines if prefixes.height else lines.clear()
+        lines = keep.with_columns(ts=pl.lit(prefixes.get_column("ts").first() if prefixes.height else None,
+                                            dtype=pl.String))
+    else:
+        lines = lines.join(prefixes, on="raw_prefix", how="inner", maintain_order="left")
     if lines.get_column("truncated").any():
         lines = lines.with_columns(truncated=line.str.len_chars() == cut_chars)
     if lines.get_column("odd").any():  # no " - " within 40 chars of "step:": find it the long way

@@ -42,7 +42,10 @@ def first_occurrences(codes: pl.Series) -> tuple[np.ndarray, np.ndarray] | None:
     k = min(n, HEAD_ROWS)
     while True:
         first = np.full(top, -1, dtype=np.int64)
-        first[c[k - 1::-1]] = np.arange(k - 1, -1, -1)  # the first row of each code (the last write wins)
+        # the first row of each code (np.unique says so; a scatter with repeated indices would
+        # rely on an assignment order numpy does not promise)
+        met, at = np.unique(c[:k], return_index=True)
+        first[met] = at
         if nulls:
             first[top - 1] = -1
         rows = np.sort(first[first >= 0])

@@ -304,43 +304,44 @@ def _split_files_lines(datas: list[bytes], max_line_bytes: int) -> tuple[pl.Data
     are valid UTF-8 each exactly when their concatenation is) and the longest line. A multi-turn
     step file of 3.4 MB was scanned twice byte by byte (newlines, UTF-8) before its split: 2.6 ms
     of CPU a file, ~0.8 s of 1 GB. Each file ends with a newline, so no line spans two: large files
-    are split as one scan of several sources, without copying their bytes into one; small ones
-    are joined first (a source costs Polars ~70 us: 315 step files of 11 KB split in 22 ms of CPU
-    as sources, 7 ms joined)."""
+    become views of their own bytes (:func:`_viewed_lines`, which counts each file's lines and
+    measures the longest as it finds them); small ones are joined first and split by Polars (a
+    source costs Polars ~70 us: 315 step files of 11 KB split in 22 ms of CPU as sources, 7 ms
+    joined)."""
     many_small = len(datas) > 1 and sum(len(d) for d in datas) < len(datas) * _JOIN_BELOW
     try:
         if many_small:
             lines = pl.scan_lines(b"".join(datas), name="line").collect()
+            size = lines.get_column("line").str.len_bytes().cast(pl.Int64)
+            longest = size.max() or 0
+            # a line ends (its newline included) at the running sum of its bytes + 1; a file's lines
+            # are those ending within its bytes, which end at the running sum of the file sizes
+            file_ends = pl.Series([len(d) for d in datas], dtype=pl.Int64).cum_sum()
+            upto = (size + 1).cum_sum().search_sorted(file_ends, side="right").to_list()
+            counts = [b - a for a, b in zip([0, *upto[:-1]], upto, strict=True)]
         else:
-            lines = _viewed_lines(datas)
+            lines, counts, longest = _viewed_lines(datas)
     except pl.exceptions.ComputeError:  # invalid UTF-8
         return None
-    size = lines.get_column("line").str.len_bytes().cast(pl.Int64)
-    if (size.max() or 0) > min(max_line_bytes, _FAST_MAX_LINE):
-        return None
-    # a line ends (its newline included) at the running sum of its bytes + 1; a file's lines are
-    # those ending within its bytes, which end at the running sum of the file sizes
-    line_ends = (size + 1).cum_sum()
-    file_ends = pl.Series([len(d) for d in datas], dtype=pl.Int64).cum_sum()
-    upto = line_ends.search_sorted(file_ends, side="right").to_list()
-    counts = [b - a for a, b in zip([0, *upto[:-1]], upto, strict=True)]
-    if min(counts) < 1:
+    if longest > min(max_line_bytes, _FAST_MAX_LINE) or min(counts) < 1:
         return None
     return lines, counts
 
 
-def _viewed_lines(datas: list[bytes]) -> pl.DataFrame:
+def _viewed_lines(datas: list[bytes]) -> tuple[pl.DataFrame, list[int], int]:
     """The lines of files that each end with a newline, as one ``line`` column of string views
     into the files' own bytes: nothing is copied (UTF-8 is checked by the cast to String, which
     raises ComputeError). ``pl.scan_lines`` over the same bytes zeroes a buffer and copies them
     into it: 1 GB of multi-turn step files cost ~180k page faults and ~0.9 s of CPU to split that
     way, ~0.3 s this way. Arrow's view layout: length (int32), then a line of up to 12 bytes
-    inline, or its first 4 bytes, the index of its file's buffer and its offset (int32 each)."""
+    inline, or its first 4 bytes, the index of its file's buffer and its offset (int32 each).
+    Also each file's line count and the longest line's bytes."""
     import numpy as np
     import pyarrow as pa
 
     cols = np.arange(12)
     parts = []
+    longest = 0
     for i, data in enumerate(datas):
         a = np.frombuffer(data, dtype=np.uint8)
         ends = np.flatnonzero(a == 10)
@@ -348,6 +349,7 @@ def _viewed_lines(datas: list[bytes]) -> pl.DataFrame:
         starts[:1] = 0
         starts[1:] = ends[:-1] + 1
         lens = ends - starts
+        longest = max(longest, int(lens.max(initial=0)))
         v = np.zeros((len(ends), 16), dtype=np.uint8)
         v[:, 0:4] = lens.astype("<i4").view(np.uint8).reshape(-1, 4)
         short = lens <= 12
@@ -365,7 +367,8 @@ def _viewed_lines(datas: list[bytes]) -> pl.DataFrame:
     views = np.concatenate(parts)
     arr = pa.Array.from_buffers(pa.binary_view(), len(views),
                                 [None, pa.py_buffer(views), *(pa.py_buffer(d) for d in datas)])
-    return pl.from_arrow(arr).cast(pl.String).alias("line").to_frame()  # type: ignore[union-attr]
+    lines = pl.from_arrow(arr).cast(pl.String).alias("line").to_frame()  # type: ignore[union-attr]
+    return lines, [len(p) for p in parts], longest
 
 
 def _scanned_files_lines(datas: list[bytes], max_line_bytes: int) -> tuple[pl.DataFrame, list[int]] | None:

@@ -174,11 +174,15 @@ def _queue(ta: TraceAnalysis, hta: dict) -> Check:
         if a is None or b is None:
             c.problems.append(f"{k}: HTA only")
             continue
+        std_range = _std_over_tie_orders(a, b)
         for h_name, o_name in _DESCRIBE:
             v = r[f"queue_length_{h_name}"]
             x, y = sorted(float(z) if z is not None else float("nan") for z in (a[o_name], b[o_name]))
-            # a mixed tie order can put the std (not linear in the order) a hair outside the extremes
-            slack = 1e-5 if o_name == "std" else 1e-9
+            slack = 1e-9
+            if o_name == "std" and std_range is not None:
+                x, y = std_range
+            elif o_name == "std":  # a queue below zero: no enclosure, the extremes with a slack
+                slack = 1e-5
             c.compared += 1
             if v is None or not (x - slack * abs(x) - 1e-12 <= v <= y + slack * abs(y) + 1e-12):
                 c.problems.append(f"{k} {h_name}: HTA {v} outside ours [{x}, {y}]")
@@ -186,6 +190,32 @@ def _queue(ta: TraceAnalysis, hta: dict) -> Check:
     c.hta = f"{len(hta['queue'])} streams"
     c.ours = f"{len(hi)} streams"
     return c
+
+
+def _std_over_tie_orders(first_up: dict, first_down: dict) -> tuple[float, float] | None:
+    """The sample std (ddof 1, as pandas' describe) a queue's series can have under any order of
+    its same-timestamp events, from the two extreme orders' count, mean and std; None when the
+    queue goes below zero.
+
+    HTA sorts by timestamp with an unstable sort, whose order of ties changes with the CPU's sort
+    routine (numpy's AVX-512 quicksort is another than its introsort), and a mixed order can put
+    the std outside the two extremes'. Within a tie group the k-th level with every increment
+    first is the highest any order gives (u) and with every decrement first the lowest (d). So,
+    with no level below zero, the sums of the levels (S1) and of their squares (S2) of any order x
+    lie between the extremes', and var = (S2 - S1**2/n)/(n-1) between the bounds those give.
+    """
+    if min(float(first_up["min"]), float(first_down["min"])) < 0 or first_up["count"] != first_down["count"]:
+        return None
+    n = float(first_up["count"])
+    if n < 2:
+        return None
+    s1 = [n * float(o["mean"]) for o in (first_up, first_down)]
+    s2 = [(n - 1) * float(o["std"]) ** 2 + t * t / n for o, t in zip((first_up, first_down), s1, strict=True)]
+    lo = (min(s2) - max(s1) ** 2 / n) / (n - 1)
+    hi = (max(s2) - min(s1) ** 2 / n) / (n - 1)
+    # the sums are recovered from rounded statistics: a relative 1e-9 of S2 on the variance
+    eps = 1e-9 * max(s2) / (n - 1)
+    return max(lo - eps, 0.0) ** 0.5, (hi + eps) ** 0.5
 
 
 def _blocked(ta: TraceAnalysis, hta: dict) -> Check:

@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export POLARS_MAX_THREADS ?= 2
+# numpy's OpenBLAS spins a server thread per core for ~70 ms as it loads (analyses.cli.quiet_blas_threads)
+export OPENBLAS_NUM_THREADS ?= 1
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 .PHONY: install bytecode test demo ui bench bench-engine lint clean lock fuzz conformance conformance-env

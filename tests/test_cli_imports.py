@@ -7,6 +7,7 @@ any reader module but the one its files need."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,35 @@ def test_a_command_gets_its_own_arguments_only() -> None:
     sub = next(a for a in build_parser(["runs"])._actions if a.dest == "command")  # noqa: SLF001
     assert {a.dest for a in sub.choices["runs"]._actions} >= {"warehouse"}  # noqa: SLF001
     assert {a.dest for a in sub.choices["export"]._actions} == {"help"}  # noqa: SLF001
+
+
+# the installed command (console) with numpy imported as it ends: which BLAS thread setting it saw,
+# and how many threads the process has then
+BLAS_PROBE = """
+import atexit, os, sys
+def report():
+    import numpy  # noqa: F401
+    print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")), flush=True)
+atexit.register(report)
+sys.argv = ["polytrace", "--version"]
+from analyses.cli import console
+console()
+"""
+
+
+def test_console_starts_numpy_without_spinning_blas_threads() -> None:
+    # OpenBLAS's server threads spin ~70 ms of CPU each as numpy loads, on a machine whose cores
+    # an ingest or a fit keeps busy (analyses.cli.quiet_blas_threads)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", BLAS_PROBE], capture_output=True, text=True, cwd=REPO, timeout=120,
+                         env=env)
+    setting, threads = out.stdout.split()[-2:]
+    assert setting == "1", out.stderr
+    assert threads == "1"  # the main thread only: no BLAS server thread
+
+
+def test_a_users_blas_thread_setting_is_kept() -> None:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", BLAS_PROBE], capture_output=True, text=True, cwd=REPO, timeout=120,
+                         env=env)
+    assert out.stdout.split()[-2] == "2", out.stderr

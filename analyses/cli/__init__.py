@@ -124,6 +124,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 GC_THRESHOLD = 100_000  # new objects between two collections of the youngest generation, in the command
 
 
+def quiet_blas_threads() -> None:
+    """One BLAS thread, unless the user set it: numpy's OpenBLAS starts a server thread per core
+    as numpy is imported, and each spins ~70 ms of CPU before it sleeps (perf: 42% of the samples
+    of ``import numpy`` and a 0.5 s sleep on 2 cores), taken from the threads of an ingest or a
+    fit. Nothing here multiplies matrices large enough for BLAS threads to pay. Before numpy is
+    imported: OpenBLAS reads it once, as it loads."""
+    import os
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def console() -> None:
     """The installed ``polytrace`` command: :func:`main`, then out of the process without the
     interpreter's final teardown. Everything a normal exit does first still happens: threads are
@@ -140,6 +151,7 @@ def console() -> None:
     # functions): at Python's default a collection per 700 new objects, ~100 collections and ~18 ms
     # of the main thread in an ingest of 315 step files, ~2 ms at this; cycles are still collected
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+    quiet_blas_threads()
     try:
         code = main()
     except SystemExit as exc:  # argparse's usage errors and --version

@@ -25,7 +25,7 @@ The glibc part is a no-op where the C library is not glibc.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import os
 import sys
 
@@ -40,9 +40,12 @@ _M_ARENA_MAX = -8
 POLARS_MALLOC_CONF = "_RJEM_MALLOC_CONF"
 
 
+@functools.cache
 def _mallopt() -> ctypes._CFuncPtr | None:
+    # the C library the interpreter runs on is in the process already: its symbols are looked up
+    # there (ctypes.util.find_library ran `ldconfig -p` in a subprocess, twice a command: ~3-10 ms)
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return None

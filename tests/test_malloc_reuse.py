@@ -93,3 +93,12 @@ def test_ingest_caps_glibc_arenas_at_one_per_cpu(tmp_path: Path) -> None:
     # the ingest's threads (read-ahead, staging writer, DuckDB's and Polars' pools) share them;
     # glibc's default gave each thread its own, up to 8 per core
     assert 1 <= int(heaps) <= cpus()
+
+
+def test_tuning_starts_no_process() -> None:
+    """mallopt is looked up in the process itself: ctypes.util.find_library ran `ldconfig -p` in a
+    subprocess, twice a command (~3-10 ms of an ingest's start)."""
+    code = ("import sys\nfrom analyses.malloc_reuse import keep_freed_heap, one_arena_per_cpu\n"
+            "keep_freed_heap(); one_arena_per_cpu()\nprint(sorted(m for m in ('subprocess', 'ctypes.util') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -483,8 +483,9 @@ class StepsAccumulator:
         if not self._training and not self._val:
             # no step metric at all (workload logs alone): no training step, so no row; the ~30
             # frame operations that say so cost ~8 ms of a small ingest, and the more beside the
-            # samples written meanwhile on the staging writer thread
-            return conform(pl.DataFrame(schema={"step": pl.Int64}), STEPS)
+            # samples written meanwhile on the staging writer thread (a query waited for that
+            # write's hold on Polars' streaming engine: the typed empty frame needs none)
+            return STEPS.empty()
         parts = [f for p in sorted(self._wide) for f in self._wide[p]]
         # contiguous: the steps rows are built on it without another copy (see steps_from_wide's end)
         wide = pl.concat(parts, how="diagonal_relaxed", rechunk=True) if parts else pl.DataFrame(schema={"step": pl.Int64})

@@ -83,6 +83,28 @@ def test_no_timing_information_gives_no_windows():
     assert derive_step_windows(STEPS.empty(), None).height == 0
 
 
+def test_a_run_without_steps_derives_its_empty_tables_without_a_query(monkeypatch: pytest.MonkeyPatch):
+    """The ingest derives steps and step windows while the run's samples are written on the staging
+    writer thread; a ``LazyFrame.collect`` (the "auto" engine) waited for that write's hold on
+    Polars' streaming engine (~30-40 ms of a run of packed step files), so a run without steps, and
+    a frame in memory conformed to a table, use none."""
+    from analyses.schema import conform
+    from analyses.steps import StepsAccumulator
+
+    def refused(*_a, **_k):
+        raise AssertionError("LazyFrame.collect called")
+
+    monkeypatch.setattr(pl.LazyFrame, "collect", refused)
+    steps = StepsAccumulator().finish(n_gpus=8)
+    assert steps.height == 0 and steps.schema == STEPS.empty().schema
+    for manifest in (None, RunManifest(), RunManifest(started_at=t(10, 0, 0))):
+        w = derive_step_windows(steps, manifest)
+        assert w.height == 0 and w.schema == STEP_WINDOWS.empty().schema
+    got = conform(pl.DataFrame({"step": [2, 1], "extra": ["x", "y"], "step_time_s": ["1.5", "bad"]}), STEPS)
+    assert got.columns == list(STEPS.columns)
+    assert got.select("step", "step_time_s").rows() == [(2, 1.5), (1, None)]
+
+
 def _samples() -> pl.LazyFrame:
     util = [
         # step 1 [10:00:00, 10:00:10), rollout until 10:00:04

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,6 +113,8 @@ def load_manifest(run_dir: Path) -> RunManifest:
     base = run_dir if run_dir.is_dir() else run_dir.parent
     if not run_dir.is_dir() or not (path.exists() or path.is_symlink()):
         return RunManifest(base_dir=base)
+    import tomllib  # only for a run.toml (~1.5 ms of imports an ingest without one need not pay)
+
     try:
         if not path.is_file():
             raise ManifestError("not a regular file")

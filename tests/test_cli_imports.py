@@ -140,3 +140,16 @@ def test_a_users_blas_thread_setting_is_kept() -> None:
     out = subprocess.run([sys.executable, "-c", BLAS_PROBE], capture_output=True, text=True, cwd=REPO, timeout=120,
                          env=env)
     assert out.stdout.split()[-2] == "2", out.stderr
+
+
+def test_ingest_without_run_toml_reads_no_toml_and_looks_up_no_library(tmp_path: Path) -> None:
+    """tomllib only for a run.toml; libc and libcrypto are found in the process itself: ctypes.util's
+    find_library ran `ldconfig -p` in a subprocess three times an ingest (malloc_reuse twice,
+    resumable_sha256 once), ~10 ms of its start."""
+    run = tmp_path / "steps"
+    run.mkdir()
+    for src in sorted((LOGS / "polytrace-math-dapo").glob("packed_lengths_step_*.jsonl"))[:3]:
+        (run / src.name).write_bytes(src.read_bytes())
+    _printed, mods = _loaded("ingest", str(run), "--warehouse", str(tmp_path / "wh"), "-q")
+    assert "analyses.readers.polytrace_v2" in mods
+    assert sorted({"tomllib", "ctypes.util"} & mods) == []

@@ -30,8 +30,6 @@ from dagster import AssetKey, DagsterInstance, Definitions, ExecuteInProcessResu
 from analyses.api import REPORT_NAME, PolyTrace
 from analyses.export.registry import check_exports
 from analyses.fit.fidelity_table import fidelity_table
-from analyses.report import start_png_browser
-from pipelines.assets.characterize import pngs_enabled
 from pipelines.definitions import CATALOG_KEY, build_defs
 from pipelines.instance_durability import relax_instance_durability
 from pipelines.instance_storage import open_instance
@@ -234,11 +232,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_instance_home(home)
     relax_instance_durability(home)  # ~1,000 events: no disk sync per event (see the module)
 
-    if not args.ingest_only and pngs_enabled():
-        # the browser the cross-run job draws its PNGs in (one per process, analyses.png_render):
-        # started now, its start-up and its tabs' loading of plotly.js run in Chromium's processes on
-        # the other core during the per-run jobs, where the characterize step used to wait for them
-        start_png_browser()
     warehouse = WarehouseResource(root=str(root), logs_root=str(logs_root))
     defs = build_defs(warehouse)
     with open_instance(home) as instance:  # the default SQLite storage with its connections kept open

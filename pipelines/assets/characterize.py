@@ -81,8 +81,7 @@ REPORT_SPEC = AssetSpec(
 )
 
 
-def pngs_enabled() -> bool:
-    """Whether the PNGs are drawn (``$POLYTRACE_PNG``, default on)."""
+def _pngs_enabled() -> bool:
     return os.environ.get(ENV_PNG, "1").strip().lower() not in ("0", "false", "no")
 
 
@@ -144,7 +143,7 @@ def characterize(context: AssetExecutionContext, warehouse: WarehouseResource) -
     pt = warehouse.polytrace
     selected = context.selected_asset_keys
     groups = [g for g in view_groups() if GROUP_SPECS[g.name].key in selected]
-    batch = PngBatch(PNG_WIDTH) if groups and pngs_enabled() else None
+    batch = PngBatch(PNG_WIDTH) if groups and _pngs_enabled() else None
     if batch is not None:
         start_png_browser()  # Chromium starts while the first sections are computed
     runs = pt.run_ids()

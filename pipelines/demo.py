@@ -10,15 +10,17 @@ It ends with where the warehouse is, a few headline figures and the time it took
 from __future__ import annotations
 
 import gc
+import os
 
 if __name__ == "__main__":
     # `python -m pipelines.demo` only (the tests import this module): no cyclic collection while
     # dagster, the definitions and analyses are imported (~260,000 objects that live until exit,
     # walked again by each of the collections the imports set off); _script() freezes them
     gc.disable()
+    # before numpy loads: one OpenBLAS thread, as `polytrace` has (analyses.cli.quiet_blas_threads)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Sequence

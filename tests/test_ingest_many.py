@@ -233,3 +233,15 @@ def test_files_read_whole_when_sniffed_are_hashed_there(tmp_path: Path, monkeypa
     # the state an append continues from is the whole file's, as hashing the file gives it
     states = {f.path: f.state["sha_state"] for f in rep.files}
     assert states == {p.name: file_sha256(p, p.stat().st_size).partition(":")[2] or None for p in run.iterdir()}
+
+
+def test_a_full_batch_is_one_split() -> None:
+    """A batch holds as much text as one split of small files takes: the split refuses a larger
+    one, which is then read again in halves."""
+    import inspect
+
+    from analyses import ingest_many
+    from analyses.readers.lines import FILES_BATCH_BYTES, small_files_lines
+
+    assert ingest_many.GROUP_BYTES <= inspect.signature(small_files_lines).parameters["max_bytes"].default
+    assert ingest_many.GROUP_BYTES == FILES_BATCH_BYTES  # as large as it can be: a batch has a fixed cost

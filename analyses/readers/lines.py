@@ -229,7 +229,11 @@ def _window_batches(win: LineWindow, batch_lines: int, contains: str | None, bat
     yield from _split_batches(df, win.first_line_no - 1 + scan.n_lines, rows, contains, done=win.first_line_no - 1)
 
 
-def small_files_lines(paths: list[Path], max_bytes: int = 64 << 20,
+# the most text one batch of small files is split and decoded as (see small_files_lines)
+FILES_BATCH_BYTES = 64 << 20
+
+
+def small_files_lines(paths: list[Path], max_bytes: int = FILES_BATCH_BYTES,
                       given: Sequence[bytes | None] | None = None) -> tuple[pl.DataFrame, list[int]] | None:
     """The lines of several small plain files as one frame ``(_file, line_no, line)`` (``_file``:
     the index into ``paths``; ``line_no`` numbered per file, as :func:`iter_line_batches` numbers

@@ -174,8 +174,9 @@ class PackedLengthsReader(ReaderBase):
     @staticmethod
     def _samples(dec: Decoded, ctx: FileContext, limit: int | None) -> pl.DataFrame:
         group = pl.concat_str([_val_prefix(), _who(), pl.lit("-"), pl.col("local_index").cast(pl.String)])
+        # one query (three eager steps materialized each: 10 -> 6.5 ms for 315 packed step files)
         return (
-            dec.ok.select(
+            dec.ok.lazy().select(
                 *_carried(dec), "step", "rank", "dp_rank", "tp_rank", "local_index", "validate", "line_no",
                 group_id=group,
                 prompt_tokens=pl.col("input"),
@@ -190,6 +191,7 @@ class PackedLengthsReader(ReaderBase):
                 token_source=pl.lit(RECORDED),
             )
             .drop("k")
+            .collect()
         )
 
 

@@ -1,6 +1,6 @@
 """Keep freed heap memory in a one-shot command instead of handing it back to the kernel.
 
-An ingest reads its input in batches of ~32 MB (the bytes of a group of step files, their
+An ingest reads its input in batches of up to 64 MB (the bytes of a group of step files, their
 lines, the decoded columns), one batch after another on two threads. glibc's allocator serves
 a block of more than 128 KB to 32 MB with ``mmap`` (or from a thread's heap that it trims and
 deletes as soon as its top is free), so every batch's buffers were fresh pages: the kernel

@@ -27,8 +27,8 @@ Sections (``--only`` picks some):
   bytes as one VARCHAR column (2 threads), peak RSS of the ingest; ``--v2-gb`` of PolyTrace v2
   JSONL (copies of the real Search-R1 step 0) ingested whole vs DuckDB ``read_json``, two ways
   (:func:`section_v2`: the typed lists the issue's numbers were measured against, and a bare
-  ``count(*)``). The issue's
-  sizes are 0.6 / 2.4 GB and 1 GB; the defaults here are smaller so that the run stays minutes.
+  ``count(*)``). The issue's sizes are 0.6 / 2.4 GB and 1 GB; the defaults here are smaller so
+  that the run stays minutes.
 
 Run: ``.venv/bin/python benchmarks/user_commands.py`` (about 3-4 min on 2 cores),
 ``--large`` adds the large inputs (a few more minutes; built once under ``--work``),
@@ -79,47 +79,37 @@ for f in sorted(Path(sys.argv[1]).rglob("*.jsonl")):
 print(n)
 """
 
-FLOOR_CSV = """
-import sys, duckdb
-con = duckdb.connect()
-con.execute("SET threads = 2")
-n, = con.execute(
+
+def _duckdb_script(body: str) -> str:
+    """A ``python -c`` script: a DuckDB connection ``con`` on 2 threads, then ``body``."""
+    return 'import sys, duckdb\ncon = duckdb.connect()\ncon.execute("SET threads = 2")\n' + body
+
+
+FLOOR_CSV = _duckdb_script("""n, = con.execute(
     "SELECT count(*) FROM read_csv(?, columns = {'line': 'VARCHAR'}, header = false, delim = '\\x01', quote = '',"
     " escape = '', auto_detect = false, max_line_size = 100000000)", [sys.argv[1]]).fetchone()
 print(n)
-"""
+""")
 
 # context, not targets: what the engines cost before any work, and DuckDB alone reading the same
 # records into a table (no type proof, no line numbers, no hash, one nested table)
 IMPORTS_ONLY = "import polars, duckdb"
-DUCK_TO_PARQUET = """
-import sys, duckdb
-con = duckdb.connect()
-con.execute("SET threads = 2")
-glob = sys.argv[1].replace("'", "''") + "/**/*.jsonl"
+DUCK_TO_PARQUET = _duckdb_script("""glob = sys.argv[1].replace("'", "''") + "/**/*.jsonl"
 out = sys.argv[2].replace("'", "''")
 con.execute(f"COPY (SELECT * FROM read_json('{glob}', format = 'newline_delimited')) TO '{out}' (COMPRESSION zstd)")
-"""
+""")
 # the floor of issue 14's bench (bench_all.py's _read_json at 9ebd5a0): the typed columns the lists
 # need, not a count alone; the issue's "0.18-0.196x DuckDB read_json" were measured against it
 # (benchmarks/README, the issue-14 table's v2 row)
-FLOOR_JSON_TYPED = """
-import sys, duckdb
-con = duckdb.connect()
-con.execute("SET threads = 2")
-glob = sys.argv[1].replace("'", "''") + "/*.jsonl"
+FLOOR_JSON_TYPED = _duckdb_script("""glob = sys.argv[1].replace("'", "''") + "/*.jsonl"
 print(con.execute(f"SELECT count(*), sum(len(turns)), sum(len(tool_calls)) FROM read_json('{glob}', "
                   "format = 'newline_delimited')").fetchall())
-"""
+""")
 
-FLOOR_JSON = """
-import sys, duckdb
-con = duckdb.connect()
-con.execute("SET threads = 2")
-glob = sys.argv[1].replace("'", "''") + "/*.jsonl"
+FLOOR_JSON = _duckdb_script("""glob = sys.argv[1].replace("'", "''") + "/*.jsonl"
 n, = con.execute(f"SELECT count(*) FROM read_json('{glob}', format = 'newline_delimited')").fetchone()
 print(n)
-"""
+""")
 
 
 # ---------------------------------------------------------------------------- timing whole processes
@@ -461,9 +451,12 @@ def section_v2(work: Path, v2_gb: float, repeat: int, results: list[Result]) -> 
     until stop 40)."""
     wh = work / "large_wh"
     v2 = _v2_dir(work, v2_gb)
-    floors = {"DuckDB read_json, typed lists": FLOOR_JSON_TYPED, "DuckDB read_json, count(*)": FLOOR_JSON}
+    floors = {  # name: (script, what it is to the target)
+        "DuckDB read_json, typed lists": (FLOOR_JSON_TYPED, "the issue's reference"),
+        "DuckDB read_json, count(*)": (FLOOR_JSON, "stricter"),
+    }
     cmds = {
-        **{k: ([PY, "-c", code, str(v2)], None, None) for k, code in floors.items()},
+        **{k: ([PY, "-c", code, str(v2)], None, None) for k, (code, _) in floors.items()},
         "polytrace ingest": ([POLYTRACE, "ingest", str(v2), "--run-id", "bench", "--warehouse", str(wh), "-q"], None,
                              fresh(wh)),
     }
@@ -473,7 +466,7 @@ def section_v2(work: Path, v2_gb: float, repeat: int, results: list[Result]) -> 
         print(f"  v2 {size:,.0f} MB {k}: best {best(runs):.2f} s {shown(runs)}, peak RSS "
               f"{max(r.rss_mb for r in runs):,.0f} MB", flush=True)
     lo = load()
-    for k, why in (("DuckDB read_json, typed lists", "the issue's reference"), ("DuckDB read_json, count(*)", "stricter")):
+    for k, (_, why) in floors.items():
         results.append(Result("5", f"v2 JSONL {size:,.0f} MB: whole ingest speed / {k} ({why})",
                               best(got[k]) / best(got["polytrace ingest"]), 0.3, "x", True, lo))
     shutil.rmtree(wh, ignore_errors=True)

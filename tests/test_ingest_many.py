@@ -4,6 +4,7 @@ mix of good, bad, empty and other-format files the run holds."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 from pathlib import Path
@@ -11,9 +12,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from analyses import ingest_many
 from analyses.ingest import ingest_run
 from analyses.ingest_files import RunReport
 from analyses.readers.base import ReaderBase
+from analyses.readers.lines import FILES_BATCH_BYTES, small_files_lines
 from analyses.readers.polytrace_v2 import MultiturnWorkloadReader, PackedLengthsReader, RewardTimingsReader
 from analyses.schema import TABLES
 from analyses.warehouse import scan_table
@@ -238,10 +241,5 @@ def test_files_read_whole_when_sniffed_are_hashed_there(tmp_path: Path, monkeypa
 def test_a_full_batch_is_one_split() -> None:
     """A batch holds as much text as one split of small files takes: the split refuses a larger
     one, which is then read again in halves."""
-    import inspect
-
-    from analyses import ingest_many
-    from analyses.readers.lines import FILES_BATCH_BYTES, small_files_lines
-
     assert ingest_many.GROUP_BYTES <= inspect.signature(small_files_lines).parameters["max_bytes"].default
     assert ingest_many.GROUP_BYTES == FILES_BATCH_BYTES  # as large as it can be: a batch has a fixed cost
